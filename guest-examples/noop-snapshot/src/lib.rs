@@ -1,0 +1,66 @@
+//! `noop-snapshot`: a Berth snapshot plugin that stores nothing. Persist
+//! reads the archive to its end and discards it; restore fails with
+//! `not-found`; it is never restorable. Needs no grants at all.
+
+use berth_guest_kit::{drain_input, validate_id};
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "berth:snapshot/snapshot-plugin",
+    with: {
+        "wasi:io/streams@0.2.12": berth_guest_kit::wasi::io::streams,
+        "wasi:io/error@0.2.12": berth_guest_kit::wasi::io::error,
+        "wasi:io/poll@0.2.12": berth_guest_kit::wasi::io::poll,
+    },
+});
+
+use exports::berth::snapshot::snapshot::{
+    Snapshot, Config, Guest, GuestSnapshot, InputStream, OutputStream, StorageError,
+};
+
+struct NoopSnapshot {
+    id: String,
+}
+
+impl GuestSnapshot for NoopSnapshot {
+    fn open(id: String, _config: Config) -> Result<Snapshot, StorageError> {
+        validate_id(&id).map_err(StorageError::InvalidId)?;
+        Ok(Snapshot::new(NoopSnapshot { id }))
+    }
+
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn kind(&self) -> String {
+        "noop".to_string()
+    }
+
+    fn persistence_enabled(&self) -> bool {
+        false
+    }
+
+    fn persist(&self, archive: InputStream) -> Result<(), StorageError> {
+        drain_input(&archive).map_err(|e| StorageError::Io(e.to_string()))?;
+        Ok(())
+    }
+
+    fn restore(&self, _sink: OutputStream) -> Result<(), StorageError> {
+        Err(StorageError::NotFound(format!(
+            "snapshot {:?} is a noop snapshot: persistence is disabled, nothing was stored",
+            self.id
+        )))
+    }
+
+    fn is_restorable(&self) -> Result<bool, StorageError> {
+        Ok(false)
+    }
+}
+
+struct Component;
+
+impl Guest for Component {
+    type Snapshot = NoopSnapshot;
+}
+
+export!(Component);

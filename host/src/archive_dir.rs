@@ -1,0 +1,188 @@
+//! A directory of `<id>.tar` archives with atomic replacement: the storage
+//! under both the native directory remote client and the local snapshot.
+//!
+//! New data goes to `<dir>/.partial/<random>`, is fsynced, then renamed over
+//! `<dir>/<id>.tar`, and the directory is fsynced, so a crash or a broken
+//! input stream at any point leaves either the old archive or the new one,
+//! never a torn file. No id can name `.partial` (ids map to `*.tar`).
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::snapshot_id::SnapshotId;
+use crate::store_error::{StorageError, StoreError};
+
+/// Bytes moved per read or write when streaming archives.
+pub(crate) const COPY_CHUNK: usize = 256 * 1024;
+
+/// A directory holding one `<id>.tar` file per snapshot.
+#[derive(Debug, Clone)]
+pub struct ArchiveDir {
+    dir: PathBuf,
+}
+
+impl ArchiveDir {
+    /// Opens (creating with mode 0700 when missing) the directory `dir`.
+    pub fn create(dir: impl Into<PathBuf>) -> Result<Self, StorageError> {
+        let dir = dir.into();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir.join(".partial"))
+            .map_err(|e| {
+                StorageError::Io(format!(
+                    "cannot create snapshot directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        // An existing directory keeps its mode only if it is already private.
+        if let Ok(meta) = std::fs::metadata(&dir) {
+            if meta.permissions().mode() & 0o077 != 0 {
+                let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+            }
+        }
+        Ok(ArchiveDir { dir })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the archive of `id` lives.
+    pub fn archive_path(&self, id: &SnapshotId) -> PathBuf {
+        self.dir.join(format!("{id}.tar"))
+    }
+
+    /// Streams `source` to its end into a new archive for `id`, replacing any
+    /// previous one only once everything is on disk.
+    pub async fn write(
+        &self,
+        id: &SnapshotId,
+        source: &mut (dyn AsyncRead + Unpin + Send),
+    ) -> Result<u64, StoreError> {
+        let temp = self
+            .dir
+            .join(".partial")
+            .join(format!("{id}.{:016x}", rand_u64()));
+        let result = self.write_temp_then_commit(id, &temp, source).await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&temp).await;
+        }
+        result
+    }
+
+    async fn write_temp_then_commit(
+        &self,
+        id: &SnapshotId,
+        temp: &Path,
+        source: &mut (dyn AsyncRead + Unpin + Send),
+    ) -> Result<u64, StoreError> {
+        let mut file = tokio::fs::File::create(temp)
+            .await
+            .map_err(|e| io_error("creating the archive file", temp, e))?;
+        let mut buf = vec![0u8; COPY_CHUNK];
+        let mut total = 0u64;
+        loop {
+            let n = source.read(&mut buf).await.map_err(StoreError::Source)?;
+            if n == 0 {
+                break;
+            }
+            file.write_all(&buf[..n])
+                .await
+                .map_err(|e| io_error("writing the archive file", temp, e))?;
+            total += n as u64;
+        }
+        file.sync_all()
+            .await
+            .map_err(|e| io_error("syncing the archive file", temp, e))?;
+        drop(file);
+        let target = self.archive_path(id);
+        tokio::fs::rename(temp, &target)
+            .await
+            .map_err(|e| io_error("committing the archive", &target, e))?;
+        // Make the rename itself durable.
+        if let Ok(dir) = tokio::fs::File::open(&self.dir).await {
+            let _ = dir.sync_all().await;
+        }
+        Ok(total)
+    }
+
+    /// Streams the archive of `id` into `sink` and flushes it.
+    pub async fn read_into(
+        &self,
+        id: &SnapshotId,
+        sink: &mut (dyn AsyncWrite + Unpin + Send),
+    ) -> Result<u64, StoreError> {
+        let path = self.archive_path(id);
+        let mut file = match tokio::fs::File::open(&path).await {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StorageError::NotFound(format!("no snapshot {id:?} in {}", self.dir.display())).into())
+            }
+            Err(e) => return Err(io_error("opening the archive", &path, e)),
+        };
+        let mut buf = vec![0u8; COPY_CHUNK];
+        let mut total = 0u64;
+        loop {
+            let n = file
+                .read(&mut buf)
+                .await
+                .map_err(|e| io_error("reading the archive", &path, e))?;
+            if n == 0 {
+                break;
+            }
+            sink.write_all(&buf[..n]).await.map_err(StoreError::Sink)?;
+            total += n as u64;
+        }
+        sink.flush().await.map_err(StoreError::Sink)?;
+        Ok(total)
+    }
+
+    /// Whether an archive exists for `id`.
+    pub async fn contains(&self, id: &SnapshotId) -> Result<bool, StoreError> {
+        let path = self.archive_path(id);
+        match tokio::fs::metadata(&path).await {
+            Ok(m) => Ok(m.is_file()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_error("checking the archive", &path, e)),
+        }
+    }
+
+    /// Removes the archive of `id`.
+    pub async fn remove(&self, id: &SnapshotId) -> Result<(), StoreError> {
+        let path = self.archive_path(id);
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(StorageError::NotFound(format!("no snapshot {id:?} in {}", self.dir.display())).into())
+            }
+            Err(e) => Err(io_error("removing the archive", &path, e)),
+        }
+    }
+}
+
+fn io_error(what: &str, path: &Path, e: io::Error) -> StoreError {
+    let message = format!("{what} {}: {e}", path.display());
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        StorageError::Denied(message).into()
+    } else {
+        StorageError::Io(message).into()
+    }
+}
+
+/// A random suffix for temporary names: concurrent writers never share one.
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.finish()
+}

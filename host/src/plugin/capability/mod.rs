@@ -1,0 +1,70 @@
+//! Host capabilities a plugin can be granted, one module per capability
+//! (after Spin's factors): each turns one part of the manifest's `[grants]`
+//! into explicit builder values. What is not granted is not linked in any
+//! usable form: no preopens, no network, no environment, a frozen clock.
+
+mod clock;
+mod filesystem;
+mod http;
+mod log;
+mod memory;
+
+pub(crate) use http::HttpGate;
+pub(crate) use memory::MemoryCap;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use super::error::PluginError;
+use super::manifest::Grants;
+
+/// The per-call store data: one fresh instance per operation gets one of
+/// these, built from the grants.
+pub(crate) struct PluginState {
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    pub(crate) http_gate: HttpGate,
+    pub(crate) table: ResourceTable,
+    pub(crate) memory: MemoryCap,
+}
+
+impl PluginState {
+    /// Builds the capabilities `grants` allow for plugin `name`.
+    pub(crate) fn from_grants(name: &str, grants: &Grants) -> Result<Self, PluginError> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.envs(&grants.env);
+        filesystem::preopen(&mut wasi, name, &grants.dirs)?;
+        log::route_stdio(&mut wasi, name);
+        clock::apply(&mut wasi, grants.wall_clock);
+        // Sockets stay off: the builder's defaults deny every address and
+        // name lookup; outbound HTTP goes through `HttpGate` only.
+        wasi.allow_ip_name_lookup(false);
+        Ok(PluginState {
+            wasi: wasi.build(),
+            http: WasiHttpCtx::new(),
+            http_gate: HttpGate::new(grants.http.clone()),
+            table: ResourceTable::new(),
+            memory: MemoryCap::new(grants.max_memory),
+        })
+    }
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for PluginState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            hooks: &mut self.http_gate,
+            table: &mut self.table,
+            ctx: &mut self.http,
+        }
+    }
+}

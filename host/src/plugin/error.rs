@@ -1,0 +1,88 @@
+//! What can go wrong loading or calling a plugin.
+
+use std::path::PathBuf;
+
+/// Errors of the plugin host. Each names the plugin and says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The manifest could not be read or is invalid.
+    #[error("plugin manifest {path}: {message}")]
+    Manifest {
+        /// The manifest file (or `<inline>`).
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The component file could not be read or compiled.
+    #[error("plugin {plugin}: cannot load component {path}: {message}")]
+    Load {
+        /// Plugin name.
+        plugin: String,
+        /// Component path.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The component does not implement the contract the manifest names
+    /// (missing export, different contract version, unsatisfiable import).
+    #[error("plugin {plugin} violates the berth:snapshot contract: {message}")]
+    ContractViolation {
+        /// Plugin name.
+        plugin: String,
+        /// Which clause or shape was broken, naming both versions for a
+        /// version mismatch.
+        message: String,
+    },
+    /// The guest trapped (panic, unreachable, stack overflow, ...).
+    #[error("plugin {plugin} trapped during {operation}: {message}\nwasm backtrace:\n{backtrace}")]
+    Trap {
+        /// Plugin name.
+        plugin: String,
+        /// The contract operation that was running.
+        operation: &'static str,
+        /// The trap message.
+        message: String,
+        /// The guest's wasm backtrace, as far as known.
+        backtrace: String,
+    },
+    /// The call ran past its deadline and was cut off.
+    #[error("plugin {plugin} exceeded its {seconds:.1}s deadline during {operation}; raise grants.deadline_secs in its manifest if the work is legitimately slow")]
+    DeadlineExceeded {
+        /// Plugin name.
+        plugin: String,
+        /// The contract operation that was running.
+        operation: &'static str,
+        /// The deadline in seconds.
+        seconds: f64,
+    },
+    /// The guest tried to grow memory past its grant.
+    #[error("plugin {plugin} exceeded its memory limit of {limit} bytes during {operation}; raise grants.max_memory in its manifest if it really needs more")]
+    MemoryLimit {
+        /// Plugin name.
+        plugin: String,
+        /// The contract operation that was running.
+        operation: &'static str,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The guest asked for a capability it was not granted.
+    #[error("plugin {plugin} was denied {what} during {operation}: not granted in its manifest")]
+    CapabilityDenied {
+        /// Plugin name.
+        plugin: String,
+        /// The contract operation that was running.
+        operation: &'static str,
+        /// What it tried to reach.
+        what: String,
+    },
+    /// A host-side failure around the call (resource table, linker, I/O).
+    #[error("plugin {plugin}: host failure during {operation}: {message}")]
+    Host {
+        /// Plugin name.
+        plugin: String,
+        /// The contract operation that was running.
+        operation: &'static str,
+        /// What failed.
+        message: String,
+    },
+}

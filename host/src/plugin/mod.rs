@@ -1,0 +1,280 @@
+//! The plugin host: loads snapshot-store components, checks them against
+//! the contract, grants them exactly what their manifest says, and exposes
+//! them as [`RemoteSnapshotClient`](crate::RemoteSnapshotClient) and
+//! [`SandboxSnapshot`](crate::SandboxSnapshot).
+//!
+//! - [`manifest`]: what a plugin is and what it may use.
+//! - `engine`: the one shared engine (pooling, epoch ticker).
+//! - [`compile_cache`]: compiled code on disk, verified before use.
+//! - `capability`: one module per grantable capability.
+//! - `stream_bridge`: tokio streams ↔ `wasi:io` streams, bounded.
+//! - `call`: fresh instance per operation, deadlines, error mapping.
+//! - [`WasmRemoteClient`] / [`WasmSnapshot`]: the traits over a plugin.
+//! - [`inspect`]: a component's world, imports and exports.
+
+mod bindings;
+mod call;
+mod capability;
+pub mod compile_cache;
+mod engine;
+mod error;
+pub mod inspect;
+pub mod manifest;
+mod stream_bridge;
+mod wasm_remote_client;
+mod wasm_snapshot;
+
+pub use compile_cache::{CacheOutcome, CompileCache};
+pub use error::PluginError;
+pub use manifest::{DirGrant, DirMode, Grants, HttpOrigin, PluginManifest, World};
+pub use wasm_remote_client::WasmRemoteClient;
+pub use wasm_snapshot::WasmSnapshot;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::Engine;
+
+use capability::PluginState;
+
+/// The contract version this host implements.
+pub const CONTRACT_VERSION: &str = "0.1.0";
+/// The contract package.
+pub const CONTRACT_PACKAGE: &str = "berth:snapshot";
+
+/// Loads plugins. Cheap to clone; every host in a process shares one engine.
+#[derive(Clone)]
+pub struct PluginHost {
+    inner: Arc<HostInner>,
+}
+
+struct HostInner {
+    engine: Engine,
+    linker: Linker<PluginState>,
+    cache: CompileCache,
+}
+
+/// The pre-linked instance factory of a plugin, by world.
+#[derive(Clone)]
+enum Pre {
+    Remote(bindings::remote::RemoteClientPluginPre<PluginState>),
+    Snapshot(bindings::snapshot::SnapshotPluginPre<PluginState>),
+}
+
+/// A loaded plugin; shared by every client or snapshot made from it.
+pub(crate) struct LoadedPlugin {
+    manifest: PluginManifest,
+    engine: Engine,
+    pre: Pre,
+    digest: String,
+    cache_outcome: CacheOutcome,
+    load_time: Duration,
+}
+
+/// A plugin ready to serve calls; each call gets a fresh instance.
+#[derive(Clone)]
+pub struct Plugin {
+    inner: Arc<LoadedPlugin>,
+}
+
+impl PluginHost {
+    /// A host with the compile cache from the environment
+    /// (see [`CompileCache::from_env`]).
+    pub fn new() -> Result<Self, PluginError> {
+        Self::with_cache(CompileCache::from_env())
+    }
+
+    /// A host with the given compile cache.
+    pub fn with_cache(cache: CompileCache) -> Result<Self, PluginError> {
+        let host_error = |message: String| PluginError::Host {
+            plugin: "-".into(),
+            operation: "start",
+            message,
+        };
+        let engine = engine::shared_engine().map_err(host_error)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| host_error(format!("linking WASI: {e}")))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|e| host_error(format!("linking wasi:http: {e}")))?;
+        Ok(PluginHost {
+            inner: Arc::new(HostInner {
+                engine,
+                linker,
+                cache,
+            }),
+        })
+    }
+
+    /// The shared engine.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The compile cache.
+    pub fn cache(&self) -> &CompileCache {
+        &self.inner.cache
+    }
+
+    /// Loads the plugin described by the manifest file at `path`.
+    pub async fn load_file(&self, path: &Path) -> Result<Plugin, PluginError> {
+        self.load(PluginManifest::from_file(path)?).await
+    }
+
+    /// Compiles (or fetches from the cache) and links a plugin, checking that
+    /// it exports the manifest's world at this host's contract version.
+    pub async fn load(&self, manifest: PluginManifest) -> Result<Plugin, PluginError> {
+        let started = Instant::now();
+        let (component, digest, cache_outcome) = self.compile(&manifest).await?;
+        check_exports(&self.inner.engine, &component, &manifest)?;
+        let violation = |message: String| PluginError::ContractViolation {
+            plugin: manifest.name.clone(),
+            message,
+        };
+        let instance_pre = self.inner.linker.instantiate_pre(&component).map_err(|e| {
+            violation(format!(
+                "it imports something this host does not provide ({e:#}); plugins may import \
+                 berth:snapshot types, wasi:io, wasi:cli, wasi:clocks, wasi:random, \
+                 wasi:filesystem, wasi:sockets (always denied) and wasi:http"
+            ))
+        })?;
+        let pre = match manifest.world {
+            World::RemoteClient => Pre::Remote(
+                bindings::remote::RemoteClientPluginPre::new(instance_pre)
+                    .map_err(|e| violation(format!("{e:#}")))?,
+            ),
+            World::Snapshot => Pre::Snapshot(
+                bindings::snapshot::SnapshotPluginPre::new(instance_pre)
+                    .map_err(|e| violation(format!("{e:#}")))?,
+            ),
+        };
+        let load_time = started.elapsed();
+        tracing::debug!(plugin = %manifest.name, ?cache_outcome, ?load_time, "plugin loaded");
+        Ok(Plugin {
+            inner: Arc::new(LoadedPlugin {
+                engine: self.inner.engine.clone(),
+                manifest,
+                pre,
+                digest,
+                cache_outcome,
+                load_time,
+            }),
+        })
+    }
+
+    /// Reads and compiles a component through the cache.
+    pub(crate) async fn compile(
+        &self,
+        manifest: &PluginManifest,
+    ) -> Result<(Component, String, CacheOutcome), PluginError> {
+        let load_error = |message: String| PluginError::Load {
+            plugin: manifest.name.clone(),
+            path: manifest.component.clone(),
+            message,
+        };
+        let bytes = tokio::fs::read(&manifest.component)
+            .await
+            .map_err(|e| load_error(format!("cannot read it: {e}")))?;
+        if !bytes.starts_with(b"\0asm") {
+            return Err(load_error("not a WebAssembly file".into()));
+        }
+        if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
+            return Err(load_error(
+                "this is a core module, not a component; wrap it with `wasm-tools component new` \
+                 (and the wasi_snapshot_preview1 reactor adapter if it uses WASI)"
+                    .into(),
+            ));
+        }
+        let digest = blake3::hash(&bytes).to_hex().to_string();
+        let engine = self.inner.engine.clone();
+        let cache = self.inner.cache.clone();
+        let digest2 = digest.clone();
+        let (component, outcome) = tokio::task::spawn_blocking(move || {
+            cache.load_or_compile(&engine, &bytes, &digest2)
+        })
+        .await
+        .map_err(|e| load_error(format!("compiler thread failed: {e}")))?
+        .map_err(|e| load_error(format!("{e:#}")))?;
+        Ok((component, digest, outcome))
+    }
+}
+
+/// Checks the component exports the world's interface at our version.
+fn check_exports(
+    engine: &Engine,
+    component: &Component,
+    manifest: &PluginManifest,
+) -> Result<(), PluginError> {
+    let wanted = manifest.world.export_interface();
+    let exports: Vec<String> = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let expected = format!("{wanted}@{CONTRACT_VERSION}");
+    if exports.iter().any(|e| e == &expected) {
+        return Ok(());
+    }
+    let message = match exports
+        .iter()
+        .find(|e| e.split('@').next() == Some(wanted))
+    {
+        Some(other) => format!(
+            "it exports {other}, but this host implements {expected}; rebuild the plugin \
+             against wit/ from this version of Berth"
+        ),
+        None => format!(
+            "a {} must export {expected}; it exports [{}]",
+            manifest.world.name(),
+            exports.join(", ")
+        ),
+    };
+    Err(PluginError::ContractViolation {
+        plugin: manifest.name.clone(),
+        message,
+    })
+}
+
+impl Plugin {
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        &self.inner.manifest.name
+    }
+
+    /// The manifest it was loaded from.
+    pub fn manifest(&self) -> &PluginManifest {
+        &self.inner.manifest
+    }
+
+    /// The BLAKE3 digest of the component bytes.
+    pub fn digest(&self) -> &str {
+        &self.inner.digest
+    }
+
+    /// The world it implements.
+    pub fn world(&self) -> World {
+        self.inner.manifest.world
+    }
+
+    /// Whether loading hit the compile cache.
+    pub fn cache_outcome(&self) -> &CacheOutcome {
+        &self.inner.cache_outcome
+    }
+
+    /// How long loading took (read, compile or cache, link).
+    pub fn load_time(&self) -> Duration {
+        self.inner.load_time
+    }
+
+    /// A remote snapshot client backed by this plugin.
+    pub fn remote_client(&self) -> Result<WasmRemoteClient, PluginError> {
+        WasmRemoteClient::new(self.inner.clone())
+    }
+
+    /// Opens snapshot `id` through this plugin (a `snapshot-plugin`).
+    pub async fn open_snapshot(&self, id: &str) -> Result<WasmSnapshot, crate::StoreError> {
+        WasmSnapshot::open(self.inner.clone(), id).await
+    }
+}

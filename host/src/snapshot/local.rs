@@ -1,0 +1,67 @@
+//! The local snapshot: a tar file per snapshot id on the host.
+
+use std::path::{Path, PathBuf};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::SandboxSnapshot;
+use crate::archive_dir::ArchiveDir;
+use crate::snapshot_id::SnapshotId;
+use crate::store_error::{StorageError, StoreError};
+
+/// `<base>/<id>.tar`, base created with mode 0700, replaced atomically.
+#[derive(Debug, Clone)]
+pub struct LocalSnapshot {
+    id: SnapshotId,
+    archives: ArchiveDir,
+}
+
+impl LocalSnapshot {
+    /// The snapshot `id` under `base_dir`.
+    pub fn new(id: SnapshotId, base_dir: impl Into<PathBuf>) -> Result<Self, StorageError> {
+        Ok(LocalSnapshot {
+            id,
+            archives: ArchiveDir::create(base_dir)?,
+        })
+    }
+
+    /// Where the archive lives.
+    pub fn archive_path(&self) -> PathBuf {
+        self.archives.archive_path(&self.id)
+    }
+
+    /// The base directory.
+    pub fn base_dir(&self) -> &Path {
+        self.archives.path()
+    }
+}
+
+#[async_trait::async_trait]
+impl SandboxSnapshot for LocalSnapshot {
+    fn id(&self) -> &str {
+        self.id.as_str()
+    }
+
+    fn kind(&self) -> &str {
+        "local"
+    }
+
+    fn persistence_enabled(&self) -> bool {
+        true
+    }
+
+    async fn persist(
+        &self,
+        archive: &mut (dyn AsyncRead + Unpin + Send),
+    ) -> Result<(), StoreError> {
+        self.archives.write(&self.id, archive).await.map(|_| ())
+    }
+
+    async fn restore(&self, sink: &mut (dyn AsyncWrite + Unpin + Send)) -> Result<(), StoreError> {
+        self.archives.read_into(&self.id, sink).await.map(|_| ())
+    }
+
+    async fn is_restorable(&self) -> Result<bool, StoreError> {
+        self.archives.contains(&self.id).await
+    }
+}

@@ -1,0 +1,44 @@
+//! Sandbox snapshots: where one sandbox's workspace archive is persisted and
+//! restored from — the host-side face of the WIT `snapshot` interface.
+//!
+//! Native kinds: [`NoopSnapshot`] (persistence off), [`LocalSnapshot`]
+//! (`<dir>/<id>.tar` on the host), [`RemoteSnapshot`] (delegates to any
+//! [`RemoteSnapshotClient`](crate::RemoteSnapshotClient), native or Wasm).
+//! Snapshot plugins come in through [`crate::plugin::WasmSnapshot`].
+
+mod local;
+mod noop;
+mod remote;
+
+pub use local::LocalSnapshot;
+pub use noop::NoopSnapshot;
+pub use remote::RemoteSnapshot;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::store_error::StoreError;
+
+/// One sandbox's snapshot.
+#[async_trait::async_trait]
+pub trait SandboxSnapshot: Send + Sync {
+    /// The snapshot id (stable across resumes).
+    fn id(&self) -> &str;
+
+    /// The type discriminator recorded in sandbox state ("noop", "local",
+    /// "remote", or a plugin's own).
+    fn kind(&self) -> &str;
+
+    /// Whether `persist` stores anything.
+    fn persistence_enabled(&self) -> bool;
+
+    /// Streams the workspace archive to its end into the snapshot; the
+    /// previous archive stays restorable if anything fails.
+    async fn persist(&self, archive: &mut (dyn AsyncRead + Unpin + Send))
+        -> Result<(), StoreError>;
+
+    /// Streams the stored archive into `sink` and flushes it.
+    async fn restore(&self, sink: &mut (dyn AsyncWrite + Unpin + Send)) -> Result<(), StoreError>;
+
+    /// Whether `restore` would find an archive.
+    async fn is_restorable(&self) -> Result<bool, StoreError>;
+}

@@ -1,0 +1,70 @@
+//! Errors of snapshot stores, native or plugin.
+
+use std::io;
+
+use crate::plugin::PluginError;
+
+/// A store's own answer, mirroring the WIT `storage-error` variant so native
+/// and Wasm stores fail the same way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// No archive is stored under the id.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The id breaks the id grammar.
+    #[error("invalid snapshot id: {0}")]
+    InvalidId(String),
+    /// Grants or credentials do not allow the operation.
+    #[error("denied: {0}")]
+    Denied(String),
+    /// Transient; the same call may succeed later.
+    #[error("unavailable (transient, retry later): {0}")]
+    Unavailable(String),
+    /// Reading or writing storage failed.
+    #[error("storage i/o failed: {0}")]
+    Io(String),
+    /// Anything else, including invalid configuration.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl StorageError {
+    /// Short name of the variant, as in the WIT contract.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StorageError::NotFound(_) => "not-found",
+            StorageError::InvalidId(_) => "invalid-id",
+            StorageError::Denied(_) => "denied",
+            StorageError::Unavailable(_) => "unavailable",
+            StorageError::Io(_) => "io",
+            StorageError::Other(_) => "other",
+        }
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store answered with an error.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The plugin behind the store failed (trap, deadline, memory, contract).
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// Reading the archive we were given failed; nothing was committed.
+    #[error("reading the archive to store failed: {0}")]
+    Source(#[source] io::Error),
+    /// Writing the archive to its destination failed.
+    #[error("writing the restored archive failed: {0}")]
+    Sink(#[source] io::Error),
+}
+
+impl StoreError {
+    /// The contract variant when the store itself answered.
+    pub fn storage(&self) -> Option<&StorageError> {
+        match self {
+            StoreError::Storage(e) => Some(e),
+            _ => None,
+        }
+    }
+}
