@@ -121,7 +121,11 @@ impl ArchiveDir {
         let mut file = match tokio::fs::File::open(&path).await {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(StorageError::NotFound(format!("no snapshot {id:?} in {}", self.dir.display())).into())
+                return Err(StorageError::NotFound(format!(
+                    "no snapshot {id:?} in {}",
+                    self.dir.display()
+                ))
+                .into())
             }
             Err(e) => return Err(io_error("opening the archive", &path, e)),
         };
@@ -157,9 +161,11 @@ impl ArchiveDir {
         let path = self.archive_path(id);
         match tokio::fs::remove_file(&path).await {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Err(StorageError::NotFound(format!("no snapshot {id:?} in {}", self.dir.display())).into())
-            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(StorageError::NotFound(format!(
+                "no snapshot {id:?} in {}",
+                self.dir.display()
+            ))
+            .into()),
             Err(e) => Err(io_error("removing the archive", &path, e)),
         }
     }

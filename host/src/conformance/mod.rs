@@ -114,7 +114,10 @@ impl Report {
             .max()
             .unwrap_or(6)
             .max(6);
-        out.push_str(&format!("{:<width$}  RESULT  {:>8}  DETAIL\n", "CLAUSE", "TIME"));
+        out.push_str(&format!(
+            "{:<width$}  RESULT  {:>8}  DETAIL\n",
+            "CLAUSE", "TIME"
+        ));
         for r in &self.results {
             out.push_str(&format!(
                 "{:<width$}  {:<6}  {:>6}ms  {}\n",
@@ -205,4 +208,3 @@ fn human(bytes: u64) -> String {
         format!("{bytes} B")
     }
 }
-

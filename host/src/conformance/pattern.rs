@@ -133,7 +133,10 @@ mod tests {
     #[tokio::test]
     async fn reproducible_and_failing() {
         let mut a = Vec::new();
-        PatternReader::new(7, 100_003).read_to_end(&mut a).await.unwrap();
+        PatternReader::new(7, 100_003)
+            .read_to_end(&mut a)
+            .await
+            .unwrap();
         assert_eq!(a.len(), 100_003);
         assert_eq!(blake3::hash(&a), PatternReader::digest_of(7, 100_003));
         let mut b = Vec::new();

@@ -34,10 +34,14 @@ async fn download_matches(
         .map_err(|e| format!("download {id:?} failed: {e}"))?;
     let (digest, got) = sink.finish();
     if got != len {
-        return Err(format!("download {id:?} returned {got} bytes, expected {len}"));
+        return Err(format!(
+            "download {id:?} returned {got} bytes, expected {len}"
+        ));
     }
     if digest != PatternReader::digest_of(seed, len) {
-        return Err(format!("download {id:?} returned different bytes than were uploaded"));
+        return Err(format!(
+            "download {id:?} returned different bytes than were uploaded"
+        ));
     }
     Ok(())
 }
@@ -83,9 +87,11 @@ pub async fn check_remote_client(
         })
         .await;
     report
-        .run_clause("roundtrip-medium", "a 64 MiB archive round-trips byte-identical", async {
-            roundtrip(client, &format!("{p}-medium"), 3, opts.medium_size).await
-        })
+        .run_clause(
+            "roundtrip-medium",
+            "a 64 MiB archive round-trips byte-identical",
+            async { roundtrip(client, &format!("{p}-medium"), 3, opts.medium_size).await },
+        )
         .await;
     if opts.large_size > 0 {
         report
@@ -104,12 +110,18 @@ pub async fn check_remote_client(
                 let id = format!("{p}-exists");
                 match client.exists(&id).await {
                     Ok(false) => {}
-                    other => return Err(format!("exists before upload: expected false, got {other:?}")),
+                    other => {
+                        return Err(format!(
+                            "exists before upload: expected false, got {other:?}"
+                        ))
+                    }
                 }
                 upload(client, &id, 5, 1000).await?;
                 match client.exists(&id).await {
                     Ok(true) => {}
-                    other => return Err(format!("exists after upload: expected true, got {other:?}")),
+                    other => {
+                        return Err(format!("exists after upload: expected true, got {other:?}"))
+                    }
                 }
                 client
                     .delete(&id)
@@ -117,7 +129,9 @@ pub async fn check_remote_client(
                     .map_err(|e| format!("delete failed: {e}"))?;
                 match client.exists(&id).await {
                     Ok(false) => Ok("false → true → false".into()),
-                    other => Err(format!("exists after delete: expected false, got {other:?}")),
+                    other => Err(format!(
+                        "exists after delete: expected false, got {other:?}"
+                    )),
                 }
             },
         )
@@ -162,14 +176,26 @@ pub async fn check_remote_client(
             async {
                 for bad in INVALID_IDS {
                     let mut data = PatternReader::new(8, 10);
-                    expect_storage(&format!("upload {bad:?}"), client.upload(bad, &mut data).await, "invalid-id")?;
+                    expect_storage(
+                        &format!("upload {bad:?}"),
+                        client.upload(bad, &mut data).await,
+                        "invalid-id",
+                    )?;
                     expect_storage(
                         &format!("download {bad:?}"),
                         client.download(bad, &mut DigestWriter::default()).await,
                         "invalid-id",
                     )?;
-                    expect_storage(&format!("exists {bad:?}"), client.exists(bad).await, "invalid-id")?;
-                    expect_storage(&format!("delete {bad:?}"), client.delete(bad).await, "invalid-id")?;
+                    expect_storage(
+                        &format!("exists {bad:?}"),
+                        client.exists(bad).await,
+                        "invalid-id",
+                    )?;
+                    expect_storage(
+                        &format!("delete {bad:?}"),
+                        client.delete(bad).await,
+                        "invalid-id",
+                    )?;
                 }
                 Ok(format!("{} ids refused on 4 operations", INVALID_IDS.len()))
             },
@@ -206,11 +232,15 @@ pub async fn check_remote_client(
                 }
                 match client.exists(&id).await {
                     Ok(false) => {}
-                    other => return Err(format!("a partial archive is visible: exists = {other:?}")),
+                    other => {
+                        return Err(format!("a partial archive is visible: exists = {other:?}"))
+                    }
                 }
                 match client.download(&id, &mut DigestWriter::default()).await {
                     Err(e) if is_kind(&e, "not-found") => Ok("nothing visible".into()),
-                    other => Err(format!("download of the partial id: expected not-found, got {other:?}")),
+                    other => Err(format!(
+                        "download of the partial id: expected not-found, got {other:?}"
+                    )),
                 }
             },
         )
@@ -224,7 +254,12 @@ pub async fn check_remote_client(
                 let len = 4u64 << 20;
                 let ids: Vec<String> = (0..n).map(|i| format!("{p}-conc{i}")).collect();
                 let t = Instant::now();
-                let ups = join_all(ids.iter().enumerate().map(|(i, id)| upload(client, id, 100 + i as u64, len))).await;
+                let ups = join_all(
+                    ids.iter()
+                        .enumerate()
+                        .map(|(i, id)| upload(client, id, 100 + i as u64, len)),
+                )
+                .await;
                 ups.into_iter().collect::<Result<Vec<_>, _>>()?;
                 let downs = join_all(
                     ids.iter()
@@ -236,7 +271,11 @@ pub async fn check_remote_client(
                 for id in &ids {
                     let _ = client.delete(id).await;
                 }
-                Ok(format!("{n} × {} in {:.2}s", human(len), t.elapsed().as_secs_f64()))
+                Ok(format!(
+                    "{n} × {} in {:.2}s",
+                    human(len),
+                    t.elapsed().as_secs_f64()
+                ))
             },
         )
         .await;

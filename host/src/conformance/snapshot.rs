@@ -14,7 +14,10 @@ use crate::store_error::StoreError;
 /// Opens the snapshot with a given id: how the suite makes as many
 /// snapshots of one kind as it needs.
 pub type OpenSnapshot = Box<
-    dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<Box<dyn SandboxSnapshot>, StoreError>> + Send>>
+    dyn Fn(
+            String,
+        )
+            -> Pin<Box<dyn Future<Output = Result<Box<dyn SandboxSnapshot>, StoreError>> + Send>>
         + Send
         + Sync,
 >;
@@ -65,36 +68,56 @@ async fn roundtrip(opener: &OpenSnapshot, id: &str, seed: u64, len: u64) -> Resu
 
 /// Runs every snapshot clause; which ones depends on whether the snapshot
 /// reports persistence enabled.
-pub async fn check_snapshot(subject: &str, opener: &OpenSnapshot, opts: &ConformanceOptions) -> Report {
+pub async fn check_snapshot(
+    subject: &str,
+    opener: &OpenSnapshot,
+    opts: &ConformanceOptions,
+) -> Report {
     let mut report = Report::new(subject, "snapshot");
     let p = &opts.id_prefix;
 
     let mut persistence = None;
     report
-        .run_clause("identity", "id() is the id opened with; kind() is non-empty", async {
-            let id = format!("{p}-identity");
-            let snap = open(opener, &id).await?;
-            if snap.id() != id {
-                return Err(format!("id() = {:?}, opened with {id:?}", snap.id()));
-            }
-            if snap.kind().is_empty() {
-                return Err("kind() is empty".into());
-            }
-            persistence = Some(snap.persistence_enabled());
-            Ok(format!(
-                "kind {:?}, persistence {}",
-                snap.kind(),
-                if snap.persistence_enabled() { "enabled" } else { "disabled" }
-            ))
-        })
+        .run_clause(
+            "identity",
+            "id() is the id opened with; kind() is non-empty",
+            async {
+                let id = format!("{p}-identity");
+                let snap = open(opener, &id).await?;
+                if snap.id() != id {
+                    return Err(format!("id() = {:?}, opened with {id:?}", snap.id()));
+                }
+                if snap.kind().is_empty() {
+                    return Err("kind() is empty".into());
+                }
+                persistence = Some(snap.persistence_enabled());
+                Ok(format!(
+                    "kind {:?}, persistence {}",
+                    snap.kind(),
+                    if snap.persistence_enabled() {
+                        "enabled"
+                    } else {
+                        "disabled"
+                    }
+                ))
+            },
+        )
         .await;
     report
-        .run_clause("invalid-ids-rejected", "open with an id outside the grammar gives invalid-id", async {
-            for bad in INVALID_IDS {
-                expect_storage(&format!("open {bad:?}"), opener(bad.to_string()).await.map(|_| ()), "invalid-id")?;
-            }
-            Ok(format!("{} ids refused", INVALID_IDS.len()))
-        })
+        .run_clause(
+            "invalid-ids-rejected",
+            "open with an id outside the grammar gives invalid-id",
+            async {
+                for bad in INVALID_IDS {
+                    expect_storage(
+                        &format!("open {bad:?}"),
+                        opener(bad.to_string()).await.map(|_| ()),
+                        "invalid-id",
+                    )?;
+                }
+                Ok(format!("{} ids refused", INVALID_IDS.len()))
+            },
+        )
         .await;
 
     match persistence {
@@ -128,7 +151,11 @@ async fn noop_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &Conform
                     Ok(false) => {}
                     other => return Err(format!("is-restorable: expected false, got {other:?}")),
                 }
-                expect_storage("restore", snap.restore(&mut DigestWriter::default()).await, "not-found")?;
+                expect_storage(
+                    "restore",
+                    snap.restore(&mut DigestWriter::default()).await,
+                    "not-found",
+                )?;
                 Ok("false, not-found".into())
             },
         )
@@ -148,9 +175,11 @@ async fn persistent_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &C
         })
         .await;
     report
-        .run_clause("roundtrip-medium", "a 64 MiB archive round-trips byte-identical", async {
-            roundtrip(opener, &format!("{p}-medium"), 3, opts.medium_size).await
-        })
+        .run_clause(
+            "roundtrip-medium",
+            "a 64 MiB archive round-trips byte-identical",
+            async { roundtrip(opener, &format!("{p}-medium"), 3, opts.medium_size).await },
+        )
         .await;
     if opts.large_size > 0 {
         report
@@ -181,13 +210,17 @@ async fn persistent_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &C
         )
         .await;
     report
-        .run_clause("overwrite-replaces", "a second persist replaces the first", async {
-            let snap = open(opener, &format!("{p}-overwrite")).await?;
-            persist(snap.as_ref(), 6, 300_000).await?;
-            persist(snap.as_ref(), 7, 200_000).await?;
-            restore_matches(snap.as_ref(), 7, 200_000).await?;
-            Ok("second archive returned".into())
-        })
+        .run_clause(
+            "overwrite-replaces",
+            "a second persist replaces the first",
+            async {
+                let snap = open(opener, &format!("{p}-overwrite")).await?;
+                persist(snap.as_ref(), 6, 300_000).await?;
+                persist(snap.as_ref(), 7, 200_000).await?;
+                restore_matches(snap.as_ref(), 7, 200_000).await?;
+                Ok("second archive returned".into())
+            },
+        )
         .await;
     report
         .run_clause(
@@ -219,7 +252,11 @@ async fn persistent_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &C
                 }
                 match snap.is_restorable().await {
                     Ok(false) => {}
-                    other => return Err(format!("a partial archive is visible: is-restorable = {other:?}")),
+                    other => {
+                        return Err(format!(
+                            "a partial archive is visible: is-restorable = {other:?}"
+                        ))
+                    }
                 }
                 match snap.restore(&mut DigestWriter::default()).await {
                     Err(e) if is_kind(&e, "not-found") => Ok("nothing visible".into()),
@@ -240,16 +277,27 @@ async fn persistent_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &C
                 for i in 0..n {
                     snaps.push(open(opener, &format!("{p}-conc{i}")).await?);
                 }
-                let ups = join_all(snaps.iter().enumerate().map(|(i, s)| persist(s.as_ref(), 100 + i as u64, len))).await;
+                let ups = join_all(
+                    snaps
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| persist(s.as_ref(), 100 + i as u64, len)),
+                )
+                .await;
                 ups.into_iter().collect::<Result<Vec<_>, _>>()?;
                 let downs = join_all(
-                    snaps.iter()
+                    snaps
+                        .iter()
                         .enumerate()
                         .map(|(i, s)| restore_matches(s.as_ref(), 100 + i as u64, len)),
                 )
                 .await;
                 downs.into_iter().collect::<Result<Vec<_>, _>>()?;
-                Ok(format!("{n} × {} in {:.2}s", human(len), t.elapsed().as_secs_f64()))
+                Ok(format!(
+                    "{n} × {} in {:.2}s",
+                    human(len),
+                    t.elapsed().as_secs_f64()
+                ))
             },
         )
         .await;

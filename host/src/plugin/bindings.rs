@@ -38,12 +38,12 @@ impl From<remote::berth::snapshot::types::StorageError> for StorageError {
     fn from(e: remote::berth::snapshot::types::StorageError) -> Self {
         use remote::berth::snapshot::types::StorageError as G;
         match e {
-            G::NotFound(m) => StorageError::NotFound(m),
-            G::InvalidId(m) => StorageError::InvalidId(m),
-            G::Denied(m) => StorageError::Denied(m),
-            G::Unavailable(m) => StorageError::Unavailable(m),
-            G::Io(m) => StorageError::Io(m),
-            G::Other(m) => StorageError::Other(m),
+            G::NotFound(m) => StorageError::NotFound(bounded(m)),
+            G::InvalidId(m) => StorageError::InvalidId(bounded(m)),
+            G::Denied(m) => StorageError::Denied(bounded(m)),
+            G::Unavailable(m) => StorageError::Unavailable(bounded(m)),
+            G::Io(m) => StorageError::Io(bounded(m)),
+            G::Other(m) => StorageError::Other(bounded(m)),
         }
     }
 }
@@ -52,12 +52,30 @@ impl From<snapshot::berth::snapshot::types::StorageError> for StorageError {
     fn from(e: snapshot::berth::snapshot::types::StorageError) -> Self {
         use snapshot::berth::snapshot::types::StorageError as G;
         match e {
-            G::NotFound(m) => StorageError::NotFound(m),
-            G::InvalidId(m) => StorageError::InvalidId(m),
-            G::Denied(m) => StorageError::Denied(m),
-            G::Unavailable(m) => StorageError::Unavailable(m),
-            G::Io(m) => StorageError::Io(m),
-            G::Other(m) => StorageError::Other(m),
+            G::NotFound(m) => StorageError::NotFound(bounded(m)),
+            G::InvalidId(m) => StorageError::InvalidId(bounded(m)),
+            G::Denied(m) => StorageError::Denied(bounded(m)),
+            G::Unavailable(m) => StorageError::Unavailable(bounded(m)),
+            G::Io(m) => StorageError::Io(bounded(m)),
+            G::Other(m) => StorageError::Other(bounded(m)),
         }
     }
+}
+
+/// Longest guest error message kept; a plugin cannot flood logs or callers
+/// through its error strings.
+const MAX_MESSAGE: usize = 4096;
+
+fn bounded(mut m: String) -> String {
+    if m.len() <= MAX_MESSAGE {
+        return m;
+    }
+    let mut cut = MAX_MESSAGE;
+    while !m.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let dropped = m.len() - cut;
+    m.truncate(cut);
+    m.push_str(&format!("… ({dropped} more bytes from the plugin dropped)"));
+    m
 }

@@ -160,7 +160,10 @@ impl LoadedPlugin {
         body: F,
     ) -> Result<(), StoreError>
     where
-        F: for<'a> FnOnce(&'a mut Store<PluginState>, Resource<DynInputStream>) -> GuestCall<'a, ()>,
+        F: for<'a> FnOnce(
+            &'a mut Store<PluginState>,
+            Resource<DynInputStream>,
+        ) -> GuestCall<'a, ()>,
     {
         let mut store = self.new_store(operation)?;
         let (tx, input, report) = stream_bridge::host_to_guest();
@@ -214,7 +217,10 @@ impl LoadedPlugin {
         body: F,
     ) -> Result<(), StoreError>
     where
-        F: for<'a> FnOnce(&'a mut Store<PluginState>, Resource<DynOutputStream>) -> GuestCall<'a, ()>,
+        F: for<'a> FnOnce(
+            &'a mut Store<PluginState>,
+            Resource<DynOutputStream>,
+        ) -> GuestCall<'a, ()>,
     {
         let mut store = self.new_store(operation)?;
         let (output, rx) = stream_bridge::guest_to_host();
@@ -225,9 +231,11 @@ impl LoadedPlugin {
             .map_err(|e| self.host_error(operation, e))?;
         let drain = stream_bridge::drain(rx, sink);
         tokio::pin!(drain);
-        let outcome =
-            tokio::time::timeout(self.timeout(), alongside(body(&mut store, stream), &mut drain))
-                .await;
+        let outcome = tokio::time::timeout(
+            self.timeout(),
+            alongside(body(&mut store, stream), &mut drain),
+        )
+        .await;
         let (guest, drained) = match outcome {
             Err(_) => return Err(self.deadline_exceeded(operation).into()),
             Ok(pair) => pair,

@@ -113,7 +113,10 @@ impl CompileCache {
         digest: &str,
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let Some(path) = self.entry_path(engine, digest) else {
-            return Ok((Component::from_binary(engine, bytes)?, CacheOutcome::Disabled));
+            return Ok((
+                Component::from_binary(engine, bytes)?,
+                CacheOutcome::Disabled,
+            ));
         };
         let rejected = match std::fs::read(&path) {
             Ok(entry) => match verify(&entry) {

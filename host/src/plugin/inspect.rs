@@ -24,7 +24,10 @@ pub struct ComponentInfo {
 }
 
 /// Inspects the component at `path` (compiling it through the cache).
-pub async fn inspect_component(host: &PluginHost, path: &Path) -> Result<ComponentInfo, PluginError> {
+pub async fn inspect_component(
+    host: &PluginHost,
+    path: &Path,
+) -> Result<ComponentInfo, PluginError> {
     let manifest = PluginManifest::for_component(path, World::RemoteClient);
     let (component, digest, _) = host.compile(&manifest).await?;
     let engine = host.engine();

@@ -103,9 +103,9 @@ pub struct HttpOrigin {
 impl HttpOrigin {
     /// Parses `http://host[:port]` or `https://host[:port]`.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let (scheme, rest) = s
-            .split_once("://")
-            .ok_or_else(|| format!("{s:?} needs a scheme: http://host:port or https://host:port"))?;
+        let (scheme, rest) = s.split_once("://").ok_or_else(|| {
+            format!("{s:?} needs a scheme: http://host:port or https://host:port")
+        })?;
         let scheme = scheme.to_ascii_lowercase();
         let default_port = match scheme.as_str() {
             "http" => 80,
@@ -114,7 +114,9 @@ impl HttpOrigin {
         };
         let authority = rest.trim_end_matches('/');
         if authority.is_empty() || authority.contains('/') || authority.contains('@') {
-            return Err(format!("{s:?} must be an origin (scheme://host[:port]) without path or user"));
+            return Err(format!(
+                "{s:?} must be an origin (scheme://host[:port]) without path or user"
+            ));
         }
         let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
             let end = v6
@@ -249,9 +251,7 @@ impl ByteSize {
 /// Parses sizes like `268435456`, `256MiB`, `1GiB`, `512KiB`, `64M`.
 pub fn parse_byte_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num
         .parse()
@@ -261,7 +261,11 @@ pub fn parse_byte_size(s: &str) -> Result<u64, String> {
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        other => return Err(format!("{s:?}: unknown unit {other:?} (use KiB, MiB or GiB)")),
+        other => {
+            return Err(format!(
+                "{s:?}: unknown unit {other:?} (use KiB, MiB or GiB)"
+            ))
+        }
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("{s:?} is too large"))
@@ -321,7 +325,12 @@ impl PluginManifest {
     }
 
     /// Grants a preopened directory.
-    pub fn with_dir(mut self, host: impl Into<PathBuf>, guest: impl Into<String>, mode: DirMode) -> Self {
+    pub fn with_dir(
+        mut self,
+        host: impl Into<PathBuf>,
+        guest: impl Into<String>,
+        mode: DirMode,
+    ) -> Self {
         self.grants.dirs.push(DirGrant {
             host: host.into(),
             guest: guest.into(),
@@ -370,7 +379,10 @@ impl PluginManifest {
         let mut grants = Grants::default();
         for d in raw.grants.dirs {
             if !d.guest.starts_with('/') {
-                return Err(format!("grants.dirs: guest path {:?} must be absolute", d.guest));
+                return Err(format!(
+                    "grants.dirs: guest path {:?} must be absolute",
+                    d.guest
+                ));
             }
             grants.dirs.push(DirGrant {
                 host: resolve(&d.host),

@@ -127,6 +127,8 @@ impl PluginHost {
     /// it exports the manifest's world at this host's contract version.
     pub async fn load(&self, manifest: PluginManifest) -> Result<Plugin, PluginError> {
         let started = Instant::now();
+        // Fail at load, not on the first call, when a grant cannot be met.
+        PluginState::from_grants(&manifest.name, &manifest.grants)?;
         let (component, digest, cache_outcome) = self.compile(&manifest).await?;
         check_exports(&self.inner.engine, &component, &manifest)?;
         let violation = |message: String| PluginError::ContractViolation {
@@ -191,12 +193,11 @@ impl PluginHost {
         let engine = self.inner.engine.clone();
         let cache = self.inner.cache.clone();
         let digest2 = digest.clone();
-        let (component, outcome) = tokio::task::spawn_blocking(move || {
-            cache.load_or_compile(&engine, &bytes, &digest2)
-        })
-        .await
-        .map_err(|e| load_error(format!("compiler thread failed: {e}")))?
-        .map_err(|e| load_error(format!("{e:#}")))?;
+        let (component, outcome) =
+            tokio::task::spawn_blocking(move || cache.load_or_compile(&engine, &bytes, &digest2))
+                .await
+                .map_err(|e| load_error(format!("compiler thread failed: {e}")))?
+                .map_err(|e| load_error(format!("{e:#}")))?;
         Ok((component, digest, outcome))
     }
 }
@@ -217,10 +218,7 @@ fn check_exports(
     if exports.iter().any(|e| e == &expected) {
         return Ok(());
     }
-    let message = match exports
-        .iter()
-        .find(|e| e.split('@').next() == Some(wanted))
-    {
+    let message = match exports.iter().find(|e| e.split('@').next() == Some(wanted)) {
         Some(other) => format!(
             "it exports {other}, but this host implements {expected}; rebuild the plugin \
              against wit/ from this version of Berth"

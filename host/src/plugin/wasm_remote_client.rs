@@ -47,8 +47,9 @@ async fn open(
     pre: &RemoteClientPluginPre<PluginState>,
     store: &mut Store<PluginState>,
     config: &Vec<(String, String)>, // the generated binding takes `&Vec`
-) -> wasmtime::Result<Result<(super::bindings::remote::RemoteClientPlugin, ResourceAny), StorageError>>
-{
+) -> wasmtime::Result<
+    Result<(super::bindings::remote::RemoteClientPlugin, ResourceAny), StorageError>,
+> {
     let instance = pre.instantiate_async(&mut *store).await?;
     let opened = instance
         .berth_snapshot_remote_client()

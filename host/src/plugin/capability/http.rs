@@ -56,9 +56,8 @@ impl WasiHttpHooks for HttpGate {
         options: Option<RequestOptions>,
         fut: IoFuture,
     ) -> Box<
-        dyn std::future::Future<
-                Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>,
-            > + Send,
+        dyn std::future::Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>>
+            + Send,
     > {
         if !self.permits(request.uri()) {
             let target = format!("HTTP request to {}", request.uri());
@@ -71,7 +70,10 @@ impl WasiHttpHooks for HttpGate {
         drop(fut);
         Box::new(async move {
             let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            Ok((response.map(BodyExt::boxed_unsync), Box::new(io) as IoFuture))
+            Ok((
+                response.map(BodyExt::boxed_unsync),
+                Box::new(io) as IoFuture,
+            ))
         })
     }
 }

@@ -76,7 +76,11 @@ impl LineLogger {
 }
 
 impl AsyncWrite for LineLogger {
-    fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.accept(buf);
         Poll::Ready(Ok(buf.len()))
     }
