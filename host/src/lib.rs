@@ -15,12 +15,16 @@
 //!   against native and Wasm stores alike.
 
 mod archive_dir;
+pub mod backend;
+mod byte_pipe;
 pub mod conformance;
 pub mod plugin;
 pub mod remote_client;
+pub mod sandbox;
 pub mod snapshot;
 pub mod snapshot_id;
 pub mod store_error;
+pub mod workspace;
 
 pub use remote_client::RemoteSnapshotClient;
 pub use snapshot::SandboxSnapshot;

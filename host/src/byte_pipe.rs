@@ -1,0 +1,152 @@
+//! A bounded pipe from blocking code (the `tar` crate) to async consumers,
+//! which — unlike a plain duplex — carries the producer's failure to the
+//! reader. A tar stream cut short by an error must never look like a
+//! complete archive.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::sync::mpsc;
+
+/// Chunks buffered in the pipe.
+const DEPTH: usize = 8;
+/// Bytes collected before a chunk is sent.
+const CHUNK: usize = 256 * 1024;
+
+/// Creates a pipe: write from a blocking thread, read asynchronously.
+pub(crate) fn pipe() -> (PipeWriter, PipeReader) {
+    let (tx, rx) = mpsc::channel(DEPTH);
+    (
+        PipeWriter {
+            tx,
+            buf: Vec::with_capacity(CHUNK),
+            ended: false,
+        },
+        PipeReader {
+            rx,
+            current: Bytes::new(),
+            done: false,
+        },
+    )
+}
+
+/// The blocking end. It must be ended with [`PipeWriter::finish`] or
+/// [`PipeWriter::fail`]; dropped otherwise (a panicking producer), the
+/// reader sees an error, never a clean end.
+pub(crate) struct PipeWriter {
+    tx: mpsc::Sender<io::Result<Bytes>>,
+    buf: Vec<u8>,
+    ended: bool,
+}
+
+impl PipeWriter {
+    fn send(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the archive reader went away"))
+    }
+
+    /// Ends the stream with an error the reader will see.
+    pub(crate) fn fail(mut self, error: io::Error) {
+        self.buf.clear();
+        self.ended = true;
+        let _ = self.tx.blocking_send(Err(error));
+    }
+
+    /// Ends the stream normally.
+    pub(crate) fn finish(mut self) -> io::Result<()> {
+        self.ended = true;
+        self.send()
+    }
+}
+
+impl Drop for PipeWriter {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = self.tx.blocking_send(Err(io::Error::other(
+                "the archive producer stopped before finishing the stream",
+            )));
+        }
+    }
+}
+
+impl io::Write for PipeWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let room = CHUNK - self.buf.len();
+        let n = data.len().min(room);
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()
+    }
+}
+
+/// The async end.
+pub struct PipeReader {
+    rx: mpsc::Receiver<io::Result<Bytes>>,
+    current: Bytes,
+    done: bool,
+}
+
+impl AsyncRead for PipeReader {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            if !self.current.is_empty() {
+                let n = buf.remaining().min(self.current.len());
+                let chunk = self.current.split_to(n);
+                buf.put_slice(&chunk);
+                return Poll::Ready(Ok(()));
+            }
+            if self.done {
+                return Poll::Ready(Ok(()));
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(Ok(b))) => self.current = b,
+                Poll::Ready(Some(Err(e))) => {
+                    self.done = true;
+                    return Poll::Ready(Err(e));
+                }
+                Poll::Ready(None) => self.done = true,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// Reads an async stream from blocking code (the other direction), with
+/// errors passed through.
+pub(crate) struct BlockingReader<R> {
+    inner: R,
+    handle: tokio::runtime::Handle,
+}
+
+impl<R: AsyncRead + Unpin> BlockingReader<R> {
+    /// Wraps `inner`; must be used on a blocking thread of `handle`'s runtime.
+    pub(crate) fn new(inner: R, handle: tokio::runtime::Handle) -> Self {
+        BlockingReader { inner, handle }
+    }
+}
+
+impl<R: AsyncRead + Unpin> io::Read for BlockingReader<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        use tokio::io::AsyncReadExt;
+        let inner = &mut self.inner;
+        self.handle.block_on(inner.read(out))
+    }
+}

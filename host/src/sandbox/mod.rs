@@ -1,0 +1,545 @@
+//! The lifecycle engine: one implementation of create, resume, start, exec,
+//! stop, shutdown and close, shared by every backend.
+//!
+//! Stop, in one line: backend tar stream → (zstd) → SHA-256 seal → snapshot
+//! `persist` → store. Restore: snapshot `restore` → spool file (digest
+//! verified) → hydrate policy over the whole archive → clean copy → backend
+//! archive upload.
+
+pub mod sealing;
+pub mod snapshot_binding;
+pub mod state;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncRead;
+
+pub use snapshot_binding::SnapshotSpec;
+pub use state::{BackendState, SandboxState, SnapshotState};
+
+use crate::backend::{Backend, BackendError, ExecRequest, ExecResult};
+use crate::plugin::{PluginError, PluginHost};
+use crate::snapshot::SandboxSnapshot;
+use crate::snapshot_id::SnapshotId;
+use crate::store_error::{StorageError, StoreError};
+use crate::workspace::archive::{ArchiveError, ArchiveLimits, ArchiveStats};
+use crate::workspace::entries::{self, Selection};
+use crate::workspace::spec::SpecError;
+use crate::workspace::WorkspaceSpec;
+
+/// Why a sandbox operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The workspace manifest is invalid.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// An archive was refused by the hydrate policy or is unreadable.
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    /// The snapshot store failed.
+    #[error("snapshot store: {0}")]
+    Store(#[from] StoreError),
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// A plugin could not be loaded.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// The restored archive is not the one that was persisted.
+    #[error("snapshot {id} failed verification: expected {expected}, got {actual}; nothing was extracted (the stored archive is corrupt or was replaced)")]
+    DigestMismatch {
+        /// The snapshot.
+        id: String,
+        /// Digest recorded at persist.
+        expected: String,
+        /// Digest of what the store returned.
+        actual: String,
+    },
+    /// Persist or restore ran past its deadline.
+    #[error("{operation} did not finish within {seconds}s (SandboxOptions::archive_deadline)")]
+    Deadline {
+        /// Which operation.
+        operation: &'static str,
+        /// The deadline.
+        seconds: u64,
+    },
+    /// The sandbox must be started first.
+    #[error("the sandbox is not started; call start first")]
+    NotStarted,
+    /// Invalid or inconsistent state.
+    #[error("sandbox state: {0}")]
+    State(String),
+    /// Host-side file work (spooling) failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// `close` failed: the stop error, and the shutdown error if shutdown
+    /// failed too (shutdown always runs).
+    #[error("close failed: stop: {stop}{}", shutdown.as_ref().map(|s| format!("; shutdown: {s}")).unwrap_or_default())]
+    Close {
+        /// Why stop failed.
+        stop: Box<SandboxError>,
+        /// Why shutdown failed, if it did.
+        shutdown: Option<Box<SandboxError>>,
+    },
+}
+
+impl From<StorageError> for SandboxError {
+    fn from(e: StorageError) -> Self {
+        SandboxError::Store(e.into())
+    }
+}
+
+/// Tunables of a sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxOptions {
+    /// Deadline for one persist or restore.
+    pub archive_deadline: Duration,
+    /// Limits of the hydrate policy.
+    pub limits: ArchiveLimits,
+    /// Compress snapshots with zstd.
+    pub compression: bool,
+    /// Where restores are spooled (default: the system temp dir).
+    pub spool_dir: Option<PathBuf>,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> Self {
+        SandboxOptions {
+            archive_deadline: Duration::from_secs(3600),
+            limits: ArchiveLimits::default(),
+            compression: false,
+            spool_dir: None,
+        }
+    }
+}
+
+/// Which start branch ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum StartBranch {
+    /// A: root ready and present; ephemeral entries re-applied.
+    Reuse,
+    /// B: root ready but gone; set up again (restored if restorable).
+    Rebuild {
+        /// Whether the snapshot was restored.
+        restored: bool,
+    },
+    /// C: not ready, snapshot restorable; restored then entries applied.
+    Restore,
+    /// D: fresh from the full manifest.
+    Fresh,
+    /// Reattached without touching the workspace (see [`Sandbox::attach`]).
+    Attached,
+}
+
+/// A sandbox: state + backend + snapshot, driven by one lifecycle.
+pub struct Sandbox {
+    state: SandboxState,
+    backend: Box<dyn Backend>,
+    snapshot: Arc<dyn SandboxSnapshot>,
+    options: SandboxOptions,
+    running: bool,
+}
+
+impl Sandbox {
+    /// Assembles a sandbox (used by [`SandboxClient`]).
+    pub fn new(
+        state: SandboxState,
+        backend: Box<dyn Backend>,
+        snapshot: Arc<dyn SandboxSnapshot>,
+        options: SandboxOptions,
+    ) -> Self {
+        Sandbox {
+            state,
+            backend,
+            snapshot,
+            options,
+            running: false,
+        }
+    }
+
+    /// Whether `start` (or `attach`) succeeded and no stop/shutdown since.
+    pub fn is_running(&self) -> bool {
+        self.running
+    }
+
+    /// The current state, to save and resume from.
+    pub fn state(&self) -> SandboxState {
+        let mut s = self.state.clone();
+        s.backend = self.backend.state();
+        s
+    }
+
+    /// The snapshot.
+    pub fn snapshot(&self) -> &Arc<dyn SandboxSnapshot> {
+        &self.snapshot
+    }
+
+    /// Starts the sandbox, choosing one of four branches. A failure leaves
+    /// `workspace_root_ready = false`.
+    pub async fn start(&mut self) -> Result<StartBranch, SandboxError> {
+        match self.start_branches().await {
+            Ok(branch) => {
+                self.state.workspace_root_ready = true;
+                self.running = true;
+                tracing::info!(session = %self.state.session_id, ?branch, "sandbox started");
+                Ok(branch)
+            }
+            Err(e) => {
+                self.state.workspace_root_ready = false;
+                self.running = false;
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_branches(&mut self) -> Result<StartBranch, SandboxError> {
+        self.state.manifest.validate()?;
+        self.backend.ensure_running().await?;
+        let root_exists = self.backend.root_exists().await?;
+        if self.state.workspace_root_ready && root_exists {
+            self.apply_entries(Selection::EphemeralOnly).await?;
+            return Ok(StartBranch::Reuse);
+        }
+        let restorable =
+            self.snapshot.persistence_enabled() && self.snapshot.is_restorable().await?;
+        self.backend.prepare_root().await?;
+        let was_ready = self.state.workspace_root_ready;
+        if restorable {
+            self.restore().await?;
+            self.apply_entries(Selection::EphemeralOnly).await?;
+        } else {
+            self.apply_entries(Selection::All).await?;
+        }
+        Ok(match (was_ready, restorable) {
+            (true, restored) => StartBranch::Rebuild { restored },
+            (false, true) => StartBranch::Restore,
+            (false, false) => StartBranch::Fresh,
+        })
+    }
+
+    /// Reconnects to a started sandbox without re-applying anything, when
+    /// its root is ready and present; otherwise runs [`Sandbox::start`].
+    /// For callers (like the CLI) that resume a sandbox for each command.
+    pub async fn attach(&mut self) -> Result<StartBranch, SandboxError> {
+        self.backend.ensure_running().await?;
+        if self.state.workspace_root_ready && self.backend.root_exists().await? {
+            self.running = true;
+            return Ok(StartBranch::Attached);
+        }
+        self.start().await
+    }
+
+    async fn apply_entries(&mut self, selection: Selection) -> Result<(), SandboxError> {
+        let archive =
+            entries::entries_archive(&self.state.manifest, selection, self.backend.bind_mounts());
+        self.backend.write_archive(Box::new(archive)).await?;
+        Ok(())
+    }
+
+    /// Runs a command in the workspace root with the manifest's environment.
+    pub async fn exec(&self, mut request: ExecRequest) -> Result<ExecResult, SandboxError> {
+        if !self.running {
+            return Err(SandboxError::NotStarted);
+        }
+        let mut env = self.state.manifest.environment.clone();
+        env.append(&mut request.env);
+        request.env = env;
+        Ok(self.backend.exec(request).await?)
+    }
+
+    /// A tar stream of the workspace (ephemeral entries and bind mounts left
+    /// out), exactly what `stop` persists before compression.
+    pub async fn persist_workspace(&self) -> Result<crate::backend::ArchiveStream, SandboxError> {
+        let exclude = self.state.manifest.excluded_from_snapshots()?;
+        Ok(self.backend.read_archive(&exclude).await?)
+    }
+
+    /// Extracts an archive into the workspace after the whole of it has
+    /// passed the hydrate policy (see [`crate::workspace::archive`]).
+    pub async fn hydrate_workspace(
+        &self,
+        archive: &mut (dyn AsyncRead + Unpin + Send),
+    ) -> Result<ArchiveStats, SandboxError> {
+        let spool = self.spool_file()?;
+        let mut file =
+            tokio::fs::File::create(spool.path())
+                .await
+                .map_err(|e| SandboxError::Io {
+                    what: "creating the spool file",
+                    source: e,
+                })?;
+        tokio::io::copy(archive, &mut file)
+            .await
+            .map_err(|e| SandboxError::Io {
+                what: "spooling the archive",
+                source: e,
+            })?;
+        drop(file);
+        self.extract_spooled(spool.path()).await
+    }
+
+    fn spool_file(&self) -> Result<tempfile::NamedTempFile, SandboxError> {
+        let made = match &self.options.spool_dir {
+            Some(d) => tempfile::Builder::new()
+                .prefix("berth-spool-")
+                .tempfile_in(d),
+            None => tempfile::Builder::new().prefix("berth-spool-").tempfile(),
+        };
+        made.map_err(|e| SandboxError::Io {
+            what: "creating the spool file",
+            source: e,
+        })
+    }
+
+    async fn extract_spooled(&self, path: &Path) -> Result<ArchiveStats, SandboxError> {
+        let limits = self.options.limits;
+        let stats = sealing::validate_spooled(path, limits).await?;
+        let (clean, verdict) = sealing::stream_spooled(path, limits);
+        let written = self.backend.write_archive(Box::new(clean)).await;
+        let verdict = verdict
+            .await
+            .map_err(|e| SandboxError::State(format!("archive filter task: {e}")))?;
+        verdict?;
+        written?;
+        tracing::info!(
+            entries = stats.entries,
+            bytes = stats.bytes,
+            "archive extracted"
+        );
+        Ok(stats)
+    }
+
+    async fn restore(&mut self) -> Result<(), SandboxError> {
+        let deadline = self.options.archive_deadline;
+        let spool = self.spool_file()?;
+        let id = self.snapshot.id().to_string();
+        let fetched = tokio::time::timeout(deadline, async {
+            let file =
+                tokio::fs::File::create(spool.path())
+                    .await
+                    .map_err(|e| SandboxError::Io {
+                        what: "creating the spool file",
+                        source: e,
+                    })?;
+            let mut writer = sealing::HashingWriter::new(file);
+            self.snapshot.restore(&mut writer).await?;
+            Ok::<_, SandboxError>(writer.seal())
+        })
+        .await
+        .map_err(|_| SandboxError::Deadline {
+            operation: "restore",
+            seconds: deadline.as_secs(),
+        })??;
+        match &self.state.snapshot.digest {
+            Some(expected) if *expected != fetched.digest => {
+                return Err(SandboxError::DigestMismatch {
+                    id,
+                    expected: expected.clone(),
+                    actual: fetched.digest,
+                })
+            }
+            Some(_) => {}
+            None => {
+                tracing::warn!(snapshot = %id, "no digest recorded for this snapshot; restoring unverified")
+            }
+        }
+        tokio::time::timeout(deadline, self.extract_spooled(spool.path()))
+            .await
+            .map_err(|_| SandboxError::Deadline {
+                operation: "restore",
+                seconds: deadline.as_secs(),
+            })??;
+        Ok(())
+    }
+
+    /// Persists the workspace into the snapshot (if persistence is on).
+    /// Destroys nothing.
+    pub async fn stop(&mut self) -> Result<(), SandboxError> {
+        if !self.snapshot.persistence_enabled() {
+            self.running = false;
+            return Ok(());
+        }
+        if !self.state.workspace_root_ready {
+            return Err(SandboxError::State(
+                "the workspace was never set up, so there is nothing to persist; start the sandbox first".into(),
+            ));
+        }
+        let deadline = self.options.archive_deadline;
+        let seal = tokio::time::timeout(deadline, self.persist_into_snapshot())
+            .await
+            .map_err(|_| SandboxError::Deadline {
+                operation: "persist",
+                seconds: deadline.as_secs(),
+            })??;
+        self.state.snapshot.digest = Some(seal.digest);
+        self.state.snapshot.size = Some(seal.size);
+        self.state.snapshot.compression = self.options.compression.then(|| "zstd".to_string());
+        self.running = false;
+        Ok(())
+    }
+
+    async fn persist_into_snapshot(&self) -> Result<sealing::Seal, SandboxError> {
+        let tar = self.persist_workspace().await?;
+        let stored: Box<dyn AsyncRead + Send + Unpin> = if self.options.compression {
+            Box::new(async_compression::tokio::bufread::ZstdEncoder::new(
+                tokio::io::BufReader::with_capacity(256 * 1024, tar),
+            ))
+        } else {
+            tar
+        };
+        let (mut sealed, seal) = sealing::HashingReader::new(stored);
+        self.snapshot.persist(&mut sealed).await?;
+        let seal = seal.lock().ok().and_then(|s| s.clone()).ok_or_else(|| {
+            SandboxError::State("the snapshot did not read the archive to its end".into())
+        })?;
+        Ok(seal)
+    }
+
+    /// Destroys the backend resources this sandbox owns.
+    pub async fn shutdown(&mut self) -> Result<(), SandboxError> {
+        self.running = false;
+        self.backend.destroy().await?;
+        self.state.workspace_root_ready = false;
+        Ok(())
+    }
+
+    /// Stop, then shutdown. Shutdown runs even if stop fails; the stop
+    /// error is reported, not swallowed.
+    pub async fn close(&mut self) -> Result<(), SandboxError> {
+        let stopped = self.stop().await;
+        let shut = self.shutdown().await;
+        match (stopped, shut) {
+            (Ok(()), Ok(())) => Ok(()),
+            (Ok(()), Err(e)) => Err(e),
+            (Err(stop), shut) => Err(SandboxError::Close {
+                stop: Box::new(stop),
+                shutdown: shut.err().map(Box::new),
+            }),
+        }
+    }
+}
+
+/// Which backend a new sandbox runs on.
+#[derive(Debug, Clone)]
+pub enum BackendSpec {
+    /// The local backend with the workspace at `root_dir` (default: under
+    /// the client's home).
+    Local {
+        /// Host directory of the workspace.
+        root_dir: Option<PathBuf>,
+    },
+}
+
+/// Creates and resumes sandboxes.
+#[derive(Clone)]
+pub struct SandboxClient {
+    home: PathBuf,
+    plugins: Option<PluginHost>,
+}
+
+impl SandboxClient {
+    /// A client keeping local workspaces under `home`.
+    pub fn new(home: impl Into<PathBuf>) -> Self {
+        SandboxClient {
+            home: home.into(),
+            plugins: None,
+        }
+    }
+
+    /// Uses `host` to load snapshot plugins (shares its compile cache).
+    pub fn with_plugin_host(mut self, host: PluginHost) -> Self {
+        self.plugins = Some(host);
+        self
+    }
+
+    /// Creates a sandbox (not yet started). The snapshot id is `snapshot_id`
+    /// or, by default, derived from the session id, and stays stable.
+    pub async fn create(
+        &self,
+        workspace: WorkspaceSpec,
+        snapshot: SnapshotSpec,
+        snapshot_id: Option<&str>,
+        backend: BackendSpec,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, SandboxError> {
+        workspace.validate()?;
+        let session_id = new_session_id();
+        let id = match snapshot_id {
+            Some(id) => {
+                SnapshotId::parse(id).map_err(|e| StorageError::InvalidId(e.to_string()))?
+            }
+            None => SnapshotId::parse(&format!("berth-{session_id}"))
+                .map_err(|e| SandboxError::State(e.to_string()))?,
+        };
+        let (snap, snap_state) =
+            snapshot_binding::bind(&snapshot, id, self.plugins.as_ref(), None).await?;
+        let backend: Box<dyn Backend> = match backend {
+            BackendSpec::Local { root_dir } => {
+                let root_dir =
+                    root_dir.unwrap_or_else(|| self.home.join("workspaces").join(&session_id));
+                Box::new(crate::backend::local::LocalBackend::new(
+                    crate::backend::local::LocalState {
+                        root_dir,
+                        owned: true,
+                    },
+                ))
+            }
+        };
+        let state = SandboxState {
+            backend: backend.state(),
+            session_id,
+            manifest: workspace,
+            snapshot: snap_state,
+            workspace_root_ready: false,
+        };
+        Ok(Sandbox::new(state, backend, snap, options))
+    }
+
+    /// Resumes a sandbox from saved state. The snapshot client is re-created
+    /// from `snapshot` if given, else from what the state records.
+    pub async fn resume(
+        &self,
+        state: SandboxState,
+        snapshot: Option<SnapshotSpec>,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, SandboxError> {
+        let spec = match snapshot {
+            Some(s) => s,
+            None => SnapshotSpec::from_state(&state.snapshot)?,
+        };
+        let (snap, mut snap_state) = snapshot_binding::bind(
+            &spec,
+            state.snapshot.id.clone(),
+            self.plugins.as_ref(),
+            Some(&state.snapshot),
+        )
+        .await?;
+        snap_state.digest = state.snapshot.digest.clone();
+        let backend: Box<dyn Backend> = match &state.backend {
+            BackendState::Local(s) => Box::new(crate::backend::local::LocalBackend::new(s.clone())),
+        };
+        let mut state = state;
+        state.snapshot = snap_state;
+        Ok(Sandbox::new(state, backend, snap, options))
+    }
+}
+
+fn new_session_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}

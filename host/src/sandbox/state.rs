@@ -1,0 +1,84 @@
+//! Sandbox state: everything needed to resume a sandbox, as JSON.
+//!
+//! Unknown fields are ignored and new fields have defaults, so state written
+//! by older and newer versions loads. The snapshot's client is never stored:
+//! plugins are referenced by manifest path and component digest, and
+//! re-injected on resume.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot_id::SnapshotId;
+use crate::workspace::WorkspaceSpec;
+
+/// Which plugin a snapshot used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginRef {
+    /// The plugin manifest.
+    pub manifest: PathBuf,
+    /// BLAKE3 digest of the component at the time.
+    pub component_digest: String,
+}
+
+/// The snapshot part of the state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotState {
+    /// `noop`, `local`, `remote` or `plugin`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The stable snapshot id.
+    pub id: SnapshotId,
+    /// Base directory of a local snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_dir: Option<PathBuf>,
+    /// Plugin behind a remote or plugin snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<PluginRef>,
+    /// `sha256:<hex>` of the stored archive, verified on restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Size in bytes of the stored archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// `zstd` when the stored archive is compressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+}
+
+/// Backend-specific state, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BackendState {
+    /// The local (unisolated) backend.
+    Local(crate::backend::local::LocalState),
+}
+
+/// The whole state of a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxState {
+    /// Backend and its fields (flattened, with the `type` discriminator).
+    #[serde(flatten)]
+    pub backend: BackendState,
+    /// Session id.
+    pub session_id: String,
+    /// The workspace manifest.
+    pub manifest: WorkspaceSpec,
+    /// The snapshot.
+    pub snapshot: SnapshotState,
+    /// Whether the workspace root was set up (entries applied or restored).
+    #[serde(default)]
+    pub workspace_root_ready: bool,
+}
+
+impl SandboxState {
+    /// Serialises to pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// Parses JSON, ignoring unknown fields.
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}

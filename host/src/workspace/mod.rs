@@ -1,0 +1,10 @@
+//! Workspaces: the manifest ([`spec`]), its entries as an archive
+//! ([`entries`]), and workspace archives with the hydrate policy
+//! ([`archive`]).
+
+pub mod archive;
+pub mod entries;
+pub mod spec;
+
+pub use archive::{ArchiveError, ArchiveLimits, ArchiveStats};
+pub use spec::{Entry, WorkspaceSpec};
