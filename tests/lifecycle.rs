@@ -1,0 +1,443 @@
+//! The lifecycle engine on the local backend: the four start branches, stop
+//! and resume through state JSON, digests, exec timeouts and caps, close.
+
+use std::path::Path;
+use std::time::Duration;
+
+use berth::backend::ExecRequest;
+use berth::sandbox::{
+    BackendSpec, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
+    StartBranch,
+};
+use berth::workspace::WorkspaceSpec;
+
+fn manifest(local_file: &Path) -> WorkspaceSpec {
+    serde_json::from_value(serde_json::json!({
+        "environment": {"GREETING": "ahoy"},
+        "entries": {
+            "hello.txt": {"type": "file", "content": "hello\n"},
+            "bin.dat": {"type": "file", "content": "AAEC/w==", "encoding": "base64"},
+            "src": {"type": "dir", "children": {"main.py": {"type": "file", "content": "print('hi')\n"}}},
+            "notes.md": {"type": "local_file", "path": local_file},
+            "cache": {"type": "dir", "ephemeral": true, "children": {"token": {"type": "file", "content": "secret"}}}
+        }
+    }))
+    .unwrap()
+}
+
+async fn run(sandbox: &Sandbox, cmd: &str) -> String {
+    let r = sandbox
+        .exec(ExecRequest::new(cmd, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr);
+    r.stdout
+}
+
+async fn resume(client: &SandboxClient, state: &SandboxState) -> Sandbox {
+    let json = state.to_json();
+    client
+        .resume(
+            SandboxState::from_json(&json).unwrap(),
+            None,
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn four_start_branches_stop_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.md");
+    std::fs::write(&notes, "# notes\n").unwrap();
+    let client = SandboxClient::new(dir.path().join("home"));
+    let snapshots = dir.path().join("snapshots");
+    let mut sb = client
+        .create(
+            manifest(&notes),
+            SnapshotSpec::Local {
+                base_dir: snapshots.clone(),
+            },
+            None,
+            BackendSpec::Local { root_dir: None },
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(!sb.is_running());
+
+    // D: fresh.
+    assert_eq!(sb.start().await.unwrap(), StartBranch::Fresh);
+    assert_eq!(run(&sb, "cat hello.txt").await, "hello\n");
+    assert_eq!(
+        run(&sb, "od -An -tx1 bin.dat | tr -d ' \\n'").await,
+        "000102ff"
+    );
+    assert_eq!(
+        run(&sb, "cat notes.md src/main.py cache/token").await,
+        "# notes\nprint('hi')\nsecret"
+    );
+    assert_eq!(run(&sb, "echo $GREETING").await, "ahoy\n");
+    run(
+        &sb,
+        "echo agent-work > agent.txt && ln -s /usr/bin venv-link && echo changed > cache/token",
+    )
+    .await;
+    sb.stop().await.unwrap();
+    let state = sb.state();
+    assert!(state
+        .snapshot
+        .digest
+        .as_deref()
+        .unwrap()
+        .starts_with("sha256:"));
+    let root = match &state.backend {
+        berth::sandbox::BackendState::Local(l) => l.root_dir.clone(),
+    };
+    // Stop destroys nothing.
+    assert!(root.join("agent.txt").is_file());
+
+    // A: root ready and present → reuse; only ephemeral entries re-applied.
+    let mut sb = resume(&client, &state).await;
+    assert_eq!(sb.start().await.unwrap(), StartBranch::Reuse);
+    assert_eq!(
+        run(&sb, "cat agent.txt cache/token").await,
+        "agent-work\nsecret"
+    );
+
+    // B: root ready but gone → rebuilt from the snapshot.
+    std::fs::remove_dir_all(&root).unwrap();
+    let mut sb = resume(&client, &state).await;
+    assert_eq!(
+        sb.start().await.unwrap(),
+        StartBranch::Rebuild { restored: true }
+    );
+    assert_eq!(
+        run(&sb, "cat agent.txt hello.txt").await,
+        "agent-work\nhello\n"
+    );
+    assert_eq!(run(&sb, "readlink venv-link").await, "/usr/bin\n");
+    // The ephemeral entry came from the manifest, not from the snapshot.
+    assert_eq!(run(&sb, "cat cache/token").await, "secret");
+
+    // The ephemeral directory was never in the snapshot.
+    let listing = std::process::Command::new("tar")
+        .arg("-tf")
+        .arg(snapshots.join(format!("{}.tar", state.snapshot.id)))
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains("agent.txt"), "{listing}");
+    assert!(
+        !listing.contains("cache"),
+        "ephemeral entry persisted: {listing}"
+    );
+
+    // C: not ready, snapshot restorable → restore (e.g. state was reset).
+    let mut lost = state.clone();
+    lost.workspace_root_ready = false;
+    std::fs::remove_dir_all(&root).unwrap();
+    let mut sb = resume(&client, &lost).await;
+    assert_eq!(sb.start().await.unwrap(), StartBranch::Restore);
+    assert_eq!(run(&sb, "cat agent.txt").await, "agent-work\n");
+
+    // Shutdown removes the workspace we own; the snapshot stays.
+    sb.shutdown().await.unwrap();
+    assert!(!root.exists());
+    assert!(snapshots
+        .join(format!("{}.tar", state.snapshot.id))
+        .is_file());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path().join("home"));
+    let spec: WorkspaceSpec = serde_json::from_value(serde_json::json!({
+        "entries": {"x": {"type": "local_file", "path": dir.path().join("missing")}}
+    }))
+    .unwrap();
+    let mut sb = client
+        .create(
+            spec,
+            SnapshotSpec::Noop,
+            Some("my-stable-id"),
+            BackendSpec::Local { root_dir: None },
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sb.state().snapshot.id.as_str(), "my-stable-id");
+    let err = sb.start().await.unwrap_err();
+    assert!(err.to_string().contains("missing"), "{err}");
+    assert!(!sb.state().workspace_root_ready);
+    assert!(!sb.is_running());
+
+    let mut derived = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Noop,
+            None,
+            BackendSpec::Local { root_dir: None },
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    let state = derived.state();
+    assert_eq!(
+        state.snapshot.id.as_str(),
+        format!("berth-{}", state.session_id)
+    );
+    derived.start().await.unwrap();
+    derived.stop().await.unwrap();
+    let resumed = resume(&client, &derived.state()).await;
+    assert_eq!(resumed.state().snapshot.id, state.snapshot.id);
+
+    // Invalid keys are refused with a clear error.
+    let bad: WorkspaceSpec = serde_json::from_value(
+        serde_json::json!({"entries": {"/etc/x": {"type": "file", "content": ""}}}),
+    )
+    .unwrap();
+    let err = client
+        .create(
+            bad,
+            SnapshotSpec::Noop,
+            None,
+            BackendSpec::Local { root_dir: None },
+            SandboxOptions::default(),
+        )
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("absolute"), "{err}");
+}
+
+/// State written by an earlier version: fewer fields, plus one we do not
+/// know. It must keep loading.
+const OLD_STATE: &str = r#"{
+  "type": "local",
+  "root_dir": "/tmp/berth-old/ws",
+  "session_id": "0123456789abcdef",
+  "manifest": {"entries": {"a.txt": {"type": "file", "content": "a"}}},
+  "snapshot": {"type": "local", "id": "berth-0123456789abcdef", "base_dir": "/tmp/berth-old/snaps"},
+  "workspace_root_ready": true,
+  "legacy_field_from_v0": {"anything": [1, 2, 3]}
+}"#;
+
+#[test]
+fn state_json_round_trips_and_old_samples_load() {
+    let old = SandboxState::from_json(OLD_STATE).unwrap();
+    assert_eq!(old.session_id, "0123456789abcdef");
+    assert_eq!(old.manifest.root, "/workspace");
+    assert!(old.snapshot.digest.is_none());
+    match &old.backend {
+        berth::sandbox::BackendState::Local(l) => assert!(l.owned),
+    }
+    let again = SandboxState::from_json(&old.to_json()).unwrap();
+    assert_eq!(again, old);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path().join("home"));
+    let snapshots = dir.path().join("snaps");
+    let spec: WorkspaceSpec = serde_json::from_value(
+        serde_json::json!({"entries": {"a.txt": {"type": "file", "content": "original"}}}),
+    )
+    .unwrap();
+    let mut sb = client
+        .create(
+            spec,
+            SnapshotSpec::Local {
+                base_dir: snapshots.clone(),
+            },
+            None,
+            BackendSpec::Local { root_dir: None },
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    sb.stop().await.unwrap();
+    let state = sb.state();
+    let root = match &state.backend {
+        berth::sandbox::BackendState::Local(l) => l.root_dir.clone(),
+    };
+    // Replace the stored archive with a different, perfectly valid one.
+    let evil_src = dir.path().join("evil");
+    std::fs::create_dir(&evil_src).unwrap();
+    std::fs::write(evil_src.join("planted.txt"), "planted").unwrap();
+    let archive = snapshots.join(format!("{}.tar", state.snapshot.id));
+    assert!(std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&evil_src)
+        .arg(".")
+        .status()
+        .unwrap()
+        .success());
+    std::fs::remove_dir_all(&root).unwrap();
+    let mut sb = resume(&client, &state).await;
+    match sb.start().await {
+        Err(SandboxError::DigestMismatch {
+            expected, actual, ..
+        }) => assert_ne!(expected, actual),
+        other => panic!("expected a digest mismatch, got {other:?}"),
+    }
+    assert!(
+        !root.join("planted.txt").exists(),
+        "a mismatched archive was extracted"
+    );
+    assert!(!sb.state().workspace_root_ready);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let manifest_path = dir.path().join("dir-snapshot.toml");
+    std::fs::write(
+        &manifest_path,
+        format!(
+            "component = {:?}\nworld = \"snapshot-plugin\"\n[config]\ndir = \"/data\"\n[[grants.dirs]]\nhost = {:?}\nguest = \"/data\"\nmode = \"rw\"\n",
+            berth_tests::guest("dir_snapshot"),
+            store
+        ),
+    )
+    .unwrap();
+    let options = || SandboxOptions {
+        compression: true,
+        ..SandboxOptions::default()
+    };
+    let client = SandboxClient::new(dir.path().join("home"));
+    let mut sb = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Plugin {
+                plugin: manifest_path.clone(),
+            },
+            None,
+            BackendSpec::Local { root_dir: None },
+            options(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    run(&sb, "mkdir -p deep/er && seq 1 200000 > deep/er/numbers && head -c 100000 /dev/urandom > rand.bin").await;
+    let before = run(&sb, "find . -type f | sort | xargs sha256sum").await;
+    sb.stop().await.unwrap();
+    let state = sb.state();
+    assert_eq!(state.snapshot.kind, "plugin");
+    assert_eq!(state.snapshot.compression.as_deref(), Some("zstd"));
+    assert!(state.snapshot.plugin.is_some());
+    sb.shutdown().await.unwrap();
+
+    // As if on another host: a fresh client home, only the state JSON saved
+    // at stop (root marked ready, but not there) → rebuilt from the snapshot.
+    let other = SandboxClient::new(dir.path().join("other-home"));
+    let mut sb = other
+        .resume(
+            SandboxState::from_json(&state.to_json()).unwrap(),
+            None,
+            options(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        sb.start().await.unwrap(),
+        StartBranch::Rebuild { restored: true }
+    );
+    assert_eq!(
+        run(&sb, "find . -type f | sort | xargs sha256sum").await,
+        before
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_timeout_kills_the_process_group_and_caps_count_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path().join("home"));
+    let mut sb = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Noop,
+            None,
+            BackendSpec::Local { root_dir: None },
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    let marker = format!("{}.{}", 40 + std::process::id() % 50, std::process::id());
+    let started = std::time::Instant::now();
+    let r = sb
+        .exec(ExecRequest::new(
+            format!("echo begun; sleep {marker} & sleep {marker}; echo never"),
+            Duration::from_secs(1),
+        ))
+        .await
+        .unwrap();
+    assert!(r.timed_out);
+    assert_eq!(r.exit_code, 124);
+    assert!(started.elapsed() < Duration::from_secs(6));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ps = std::process::Command::new("pgrep")
+        .arg("-f")
+        .arg(format!("sleep {marker}"))
+        .output()
+        .unwrap();
+    assert!(
+        ps.stdout.is_empty(),
+        "processes survived the timeout: {}",
+        String::from_utf8_lossy(&ps.stdout)
+    );
+
+    let mut req = ExecRequest::new(
+        "head -c 1000000 /dev/zero | tr '\\0' 'x'; echo err >&2",
+        Duration::from_secs(10),
+    );
+    req.stdout_cap = 1000;
+    let r = sb.exec(req).await.unwrap();
+    assert!(r.truncated);
+    assert_eq!(r.stdout.len(), 1000);
+    assert_eq!(r.stdout_dropped, 999_000);
+    assert_eq!(r.stderr, "err\n");
+
+    let r = sb
+        .exec(ExecRequest::new("exit 7", Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 7);
+    assert!(!r.timed_out);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn close_runs_shutdown_even_when_stop_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path().join("home"));
+    let mut sb = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Local {
+                base_dir: dir.path().join("snaps"),
+            },
+            None,
+            BackendSpec::Local {
+                root_dir: Some(dir.path().join("ws")),
+            },
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    // Make persist fail: the snapshot directory becomes a file.
+    std::fs::remove_dir_all(dir.path().join("snaps")).unwrap();
+    std::fs::write(dir.path().join("snaps"), "not a dir").unwrap();
+    let err = sb.close().await.unwrap_err();
+    assert!(matches!(err, SandboxError::Close { .. }), "{err}");
+    assert!(!dir.path().join("ws").exists(), "shutdown did not run");
+}
