@@ -75,3 +75,77 @@ fn check_of_a_missing_file_says_what_failed() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("/nonexistent/plugin.wasm"), "{stderr}");
 }
+
+#[test]
+fn sandbox_commands_as_a_new_user_would_use_them() {
+    let home = tempfile::tempdir().unwrap();
+    let berth = |args: &[&str]| {
+        let out = Command::new(berth_bin())
+            .env("BERTH_HOME", home.path())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, help, _) = berth(&["--help"]);
+    assert_eq!(code, 0);
+    for cmd in [
+        "create", "exec", "stop", "start", "rm", "ls", "inspect", "persist", "hydrate", "plugin",
+        "demo",
+    ] {
+        assert!(help.contains(cmd), "--help lacks {cmd}: {help}");
+    }
+
+    let ws = home.path().join("ws.json");
+    std::fs::write(
+        &ws,
+        r#"{"entries": {"hello.txt": {"type": "file", "content": "hi\n"}}}"#,
+    )
+    .unwrap();
+    let (code, out, err) = berth(&["create", "agent1", "--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, _) = berth(&["exec", "agent1", "--", "cat", "hello.txt"]);
+    assert_eq!((code, out.as_str()), (0, "hi\n"));
+    let (code, _, _) = berth(&["exec", "agent1", "--", "echo work > agent.txt; exit 3"]);
+    assert_eq!(code, 3, "the exit code is propagated");
+    let (code, out, err) = berth(&["stop", "agent1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("sha256:"), "{out}");
+    let (code, out, _) = berth(&["ls"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("agent1"), "{out}");
+    let (code, out, _) = berth(&["inspect", "agent1"]);
+    assert_eq!(code, 0);
+    let state: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(state["type"], "local");
+
+    // Lose the workspace; the next exec restores it from the snapshot.
+    let root = state["root_dir"].as_str().unwrap();
+    std::fs::remove_dir_all(root).unwrap();
+    let (code, out, err) = berth(&["exec", "agent1", "--", "cat agent.txt"]);
+    assert_eq!((code, out.as_str()), (0, "work\n"), "{err}");
+
+    let tar = home.path().join("ws.tar");
+    let (code, _, err) = berth(&["persist", "agent1", "--out", tar.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = berth(&["hydrate", "agent1", tar.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    // Errors say what failed and what to do.
+    let (code, _, err) = berth(&["exec", "nope", "--", "true"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("berth ls"), "{err}");
+    let (code, _, err) = berth(&["create", "../evil"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("not a valid sandbox name"), "{err}");
+
+    let (code, out, err) = berth(&["rm", "agent1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!std::path::Path::new(root).exists());
+    let (_, out, _) = berth(&["ls"]);
+    assert!(!out.contains("agent1"));
+}

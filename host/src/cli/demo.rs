@@ -1,0 +1,190 @@
+//! `berth demo`: the whole story on the embedded default, no Docker needed.
+//! A local sandbox whose snapshots go through the `fs-store` Wasm plugin:
+//! create, exec, stop, lose the workspace, resume, see the files return.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use berth::backend::ExecRequest;
+use berth::plugin::{CompileCache, PluginHost};
+use berth::sandbox::{
+    BackendSpec, BackendState, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
+};
+use berth::workspace::WorkspaceSpec;
+
+fn find_fs_store() -> anyhow::Result<PathBuf> {
+    let candidates = [
+        std::env::var_os("BERTH_FS_STORE").map(PathBuf::from),
+        Some(PathBuf::from(
+            "guest-examples/target/wasm32-wasip2/release/fs_store.wasm",
+        )),
+    ];
+    for c in candidates.into_iter().flatten() {
+        if c.is_file() {
+            return Ok(std::path::absolute(c)?);
+        }
+    }
+    bail!("the fs-store plugin is not built: run `cargo xtask build-guests` from the repository root (or set BERTH_FS_STORE to its .wasm)")
+}
+
+async fn sh(sandbox: &Sandbox, cmd: &str) -> anyhow::Result<String> {
+    let r = sandbox
+        .exec(ExecRequest::new(cmd, Duration::from_secs(60)))
+        .await?;
+    if r.exit_code != 0 {
+        bail!("`{cmd}` exited {}: {}", r.exit_code, r.stderr);
+    }
+    Ok(r.stdout)
+}
+
+fn step(n: u32, text: &str) {
+    println!("\n[{n}] {text}");
+}
+
+pub async fn run() -> anyhow::Result<ExitCode> {
+    let component = find_fs_store()?;
+    let scratch = tempfile::Builder::new().prefix("berth-demo-").tempdir()?;
+    let base = scratch.path();
+    let store = base.join("object-store");
+    std::fs::create_dir(&store)?;
+    let manifest = base.join("fs-store.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "name = \"fs-store\"\ncomponent = {component:?}\nworld = \"remote-client-plugin\"\n\
+             [config]\nroot = \"/data\"\n[grants]\nmax_memory = \"64MiB\"\n\
+             [[grants.dirs]]\nhost = {store:?}\nguest = \"/data\"\nmode = \"rw\"\n"
+        ),
+    )?;
+    println!("Berth demo: a local sandbox whose snapshots are stored by a WebAssembly plugin.");
+    println!("scratch directory: {}", base.display());
+
+    step(
+        1,
+        "Load the fs-store plugin (a Wasm component, granted one directory and nothing else)",
+    );
+    let cache = CompileCache::at(base.join("compile-cache"));
+    for attempt in ["cold", "from the compile cache"] {
+        let host = PluginHost::with_cache(cache.clone())?;
+        let t = Instant::now();
+        let plugin = host.load_file(&manifest).await?;
+        println!(
+            "    load {attempt}: {:.1} ms ({:?})",
+            t.elapsed().as_secs_f64() * 1e3,
+            plugin.cache_outcome()
+        );
+    }
+    let host = PluginHost::with_cache(cache)?;
+
+    step(2, "Create a sandbox from a workspace manifest and start it");
+    let workspace: WorkspaceSpec = serde_json::from_value(serde_json::json!({
+        "environment": {"PROJECT": "demo"},
+        "entries": {
+            "README.md": {"type": "file", "content": "# A workspace the agent works in\n"},
+            "src": {"type": "dir", "children": {"app.sh": {"type": "file", "content": "echo \"building $PROJECT\"\n", "mode": 493}}},
+            ".cache": {"type": "dir", "ephemeral": true, "children": {"token": {"type": "file", "content": "not persisted"}}}
+        }
+    }))?;
+    let client = SandboxClient::new(base.join("home")).with_plugin_host(host);
+    let options = || SandboxOptions {
+        compression: true,
+        ..SandboxOptions::default()
+    };
+    let mut sandbox = client
+        .create(
+            workspace,
+            SnapshotSpec::Remote {
+                plugin: manifest.clone(),
+            },
+            None,
+            BackendSpec::Local { root_dir: None },
+            options(),
+        )
+        .await?;
+    let branch = sandbox.start().await?;
+    let root = match &sandbox.state().backend {
+        BackendState::Local(l) => l.root_dir.clone(),
+    };
+    println!("    started ({branch:?}); workspace at {}", root.display());
+
+    step(3, "The agent runs commands");
+    print!(
+        "    $ sh src/app.sh\n    {}",
+        sh(&sandbox, "sh src/app.sh").await?
+    );
+    sh(
+        &sandbox,
+        "mkdir -p out && seq 1 100000 > out/numbers.txt && echo 'done' > out/status",
+    )
+    .await?;
+    let before = sh(
+        &sandbox,
+        "find . -path ./.cache -prune -o -type f -print | sort | xargs sha256sum",
+    )
+    .await?;
+    println!("    wrote out/numbers.txt and out/status");
+
+    step(
+        4,
+        "Stop: the workspace streams through the plugin into the object store",
+    );
+    let t = Instant::now();
+    sandbox.stop().await?;
+    let state = sandbox.state();
+    println!(
+        "    persisted in {:.0} ms: snapshot {} ({} bytes, zstd, {})",
+        t.elapsed().as_secs_f64() * 1e3,
+        state.snapshot.id,
+        state.snapshot.size.unwrap_or(0),
+        state.snapshot.digest.as_deref().unwrap_or("-")
+    );
+    let state_json = state.to_json();
+
+    step(5, "Disaster: the workspace directory is deleted");
+    std::fs::remove_dir_all(&root).context("deleting the workspace")?;
+    println!("    rm -rf {}", root.display());
+
+    step(6, "Resume from the saved state JSON alone");
+    let mut resumed = client
+        .resume(SandboxState::from_json(&state_json)?, None, options())
+        .await?;
+    let branch = resumed.start().await?;
+    println!("    started ({branch:?})");
+    let after = sh(
+        &resumed,
+        "find . -path ./.cache -prune -o -type f -print | sort | xargs sha256sum",
+    )
+    .await?;
+    if after != before {
+        bail!("the restored workspace differs:\nbefore:\n{before}\nafter:\n{after}");
+    }
+    println!("    every file came back byte-identical:");
+    for line in after.lines() {
+        println!("      {line}");
+    }
+    print!(
+        "    ephemeral .cache/token re-applied from the manifest: {}",
+        sh(&resumed, "cat .cache/token; echo").await?
+    );
+
+    step(
+        7,
+        "Shut down: the workspace is removed, the snapshot stays in the store",
+    );
+    resumed.shutdown().await?;
+    println!("    object store holds: {}", list(&store)?.join(", "));
+    println!("\nDemo complete. (Docker backend: see `berth --help` once it is available.)");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    v.sort();
+    Ok(v)
+}

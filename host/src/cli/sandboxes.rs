@@ -1,0 +1,410 @@
+//! `berth create|start|exec|stop|rm|ls|inspect|persist|hydrate`: sandboxes
+//! kept by name as state files under `$BERTH_HOME`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use berth::backend::ExecRequest;
+use berth::sandbox::{
+    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
+};
+use berth::workspace::WorkspaceSpec;
+use berth::SnapshotId;
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+/// `$BERTH_HOME`, else `$XDG_DATA_HOME/berth`, else `~/.local/share/berth`.
+pub fn berth_home() -> anyhow::Result<PathBuf> {
+    if let Some(h) = std::env::var_os("BERTH_HOME") {
+        return Ok(PathBuf::from(h));
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME") {
+        return Ok(PathBuf::from(x).join("berth"));
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => Ok(PathBuf::from(h).join(".local/share/berth")),
+        None => bail!("cannot find a home for berth's state: set BERTH_HOME"),
+    }
+}
+
+/// What the CLI keeps per sandbox.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    name: String,
+    #[serde(default)]
+    compression: bool,
+    state: SandboxState,
+}
+
+fn state_path(home: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    SnapshotId::parse(name).with_context(|| format!("{name:?} is not a valid sandbox name"))?;
+    Ok(home.join("sandboxes").join(format!("{name}.json")))
+}
+
+fn load(home: &Path, name: &str) -> anyhow::Result<Saved> {
+    let path = state_path(home, name)?;
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "no sandbox named {name:?} (looked for {}); see `berth ls`",
+            path.display()
+        )
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("state file {} is corrupt", path.display()))
+}
+
+/// Writes the state file atomically: temp file, fsync, rename.
+fn save(home: &Path, saved: &Saved) -> anyhow::Result<()> {
+    let path = state_path(home, &saved.name)?;
+    let dir = path.parent().context("state path has no parent")?;
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    use std::io::Write;
+    tmp.write_all(serde_json::to_string_pretty(saved)?.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(&path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+fn options(saved: &Saved) -> SandboxOptions {
+    SandboxOptions {
+        compression: saved.compression,
+        ..SandboxOptions::default()
+    }
+}
+
+async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {
+    let client = SandboxClient::new(home);
+    Ok(client
+        .resume(saved.state.clone(), None, options(saved))
+        .await?)
+}
+
+/// Parses `noop`, `local`, `local:DIR`, `plugin:MANIFEST`, `remote:MANIFEST`.
+fn parse_snapshot(s: &str, home: &Path) -> anyhow::Result<SnapshotSpec> {
+    let abs = |p: &str| -> anyhow::Result<PathBuf> {
+        std::path::absolute(p).with_context(|| format!("resolving {p}"))
+    };
+    Ok(match s.split_once(':') {
+        None if s == "noop" => SnapshotSpec::Noop,
+        None if s == "local" => SnapshotSpec::Local {
+            base_dir: home.join("snapshots"),
+        },
+        Some(("local", dir)) => SnapshotSpec::Local {
+            base_dir: abs(dir)?,
+        },
+        Some(("plugin", m)) => SnapshotSpec::Plugin { plugin: abs(m)? },
+        Some(("remote", m)) => SnapshotSpec::Remote { plugin: abs(m)? },
+        _ => bail!(
+            "--snapshot {s:?}: use noop, local, local:DIR, plugin:MANIFEST or remote:MANIFEST"
+        ),
+    })
+}
+
+/// `berth create`.
+#[derive(Args)]
+pub struct CreateArgs {
+    /// Sandbox name ([A-Za-z0-9._-], up to 128 characters).
+    name: String,
+    /// Workspace manifest (JSON: root, environment, entries).
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+    /// Snapshot store: noop, local, local:DIR, plugin:MANIFEST, remote:MANIFEST.
+    #[arg(long, default_value = "local")]
+    snapshot: String,
+    /// Snapshot id (default: derived from the session id, stable).
+    #[arg(long)]
+    snapshot_id: Option<String>,
+    /// Compress snapshots with zstd.
+    #[arg(long)]
+    compress: bool,
+    /// Host directory for the workspace (local backend).
+    #[arg(long)]
+    root_dir: Option<PathBuf>,
+    /// Create without starting.
+    #[arg(long)]
+    no_start: bool,
+    /// Print the state as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let path = state_path(&home, &args.name)?;
+    if path.exists() {
+        bail!(
+            "a sandbox named {:?} exists already; `berth rm {}` first or pick another name",
+            args.name,
+            args.name
+        );
+    }
+    let workspace = match &args.workspace {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            serde_json::from_str::<WorkspaceSpec>(&text)
+                .with_context(|| format!("{} is not a valid workspace manifest", p.display()))?
+        }
+        None => WorkspaceSpec::default(),
+    };
+    let snapshot = parse_snapshot(&args.snapshot, &home)?;
+    let client = SandboxClient::new(&home);
+    let opts = SandboxOptions {
+        compression: args.compress,
+        ..SandboxOptions::default()
+    };
+    let root_dir = match args.root_dir {
+        Some(d) => Some(std::path::absolute(d)?),
+        None => None,
+    };
+    let mut sandbox = client
+        .create(
+            workspace,
+            snapshot,
+            args.snapshot_id.as_deref(),
+            BackendSpec::Local { root_dir },
+            opts,
+        )
+        .await?;
+    if !args.no_start {
+        sandbox.start().await?;
+    }
+    let saved = Saved {
+        name: args.name.clone(),
+        compression: args.compress,
+        state: sandbox.state(),
+    };
+    save(&home, &saved)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&saved.state)?);
+    } else {
+        println!(
+            "created {} (session {}, snapshot {} {}){}",
+            args.name,
+            saved.state.session_id,
+            saved.state.snapshot.kind,
+            saved.state.snapshot.id,
+            if args.no_start { "" } else { ", started" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth start NAME`.
+pub async fn start(name: &str) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let mut saved = load(&home, name)?;
+    let mut sandbox = resume(&home, &saved).await?;
+    let result = sandbox.start().await;
+    saved.state = sandbox.state();
+    save(&home, &saved)?;
+    let branch = result?;
+    println!("started {name}: {branch:?}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth exec`.
+#[derive(Args)]
+pub struct ExecArgs {
+    /// Sandbox name.
+    name: String,
+    /// Timeout in seconds.
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// Extra environment (KEY=VALUE, repeatable).
+    #[arg(long = "env")]
+    env: Vec<String>,
+    /// Print the result as JSON instead of passing output through.
+    #[arg(long)]
+    json: bool,
+    /// The command (joined with spaces and run by `sh -c`).
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let mut saved = load(&home, &args.name)?;
+    let mut sandbox = resume(&home, &saved).await?;
+    sandbox.attach().await?;
+    saved.state = sandbox.state();
+    save(&home, &saved)?;
+    let mut request = ExecRequest::new(
+        args.command.join(" "),
+        Duration::from_secs_f64(args.timeout),
+    );
+    for kv in &args.env {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--env {kv:?} is not KEY=VALUE"))?;
+        request.env.insert(k.to_string(), v.to_string());
+    }
+    let result = sandbox.exec(request).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print!("{}", result.stdout);
+        eprint!("{}", result.stderr);
+        if result.truncated {
+            eprintln!(
+                "berth: output truncated ({} stdout and {} stderr bytes dropped)",
+                result.stdout_dropped, result.stderr_dropped
+            );
+        }
+        if result.timed_out {
+            eprintln!(
+                "berth: command timed out after {}s and was killed",
+                args.timeout
+            );
+        }
+    }
+    Ok(ExitCode::from(result.exit_code.clamp(0, 255) as u8))
+}
+
+/// `berth stop NAME`.
+pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let mut saved = load(&home, name)?;
+    let mut sandbox = resume(&home, &saved).await?;
+    sandbox.attach().await?;
+    let result = sandbox.stop().await;
+    saved.state = sandbox.state();
+    save(&home, &saved)?;
+    result?;
+    let s = &saved.state.snapshot;
+    println!(
+        "stopped {name}: snapshot {} {} ({} bytes, {})",
+        s.kind,
+        s.id,
+        s.size.unwrap_or(0),
+        s.digest.as_deref().unwrap_or("not persisted")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth rm NAME`: stop (persist), destroy what it owns, forget it.
+pub async fn rm(name: &str, force: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let saved = load(&home, name)?;
+    let path = state_path(&home, name)?;
+    let mut sandbox = resume(&home, &saved).await?;
+    let closed = if sandbox.state().workspace_root_ready {
+        sandbox.close().await
+    } else {
+        sandbox.shutdown().await
+    };
+    if let Err(e) = closed {
+        if !force {
+            bail!(
+                "{e}\nthe state file {} was kept; fix the problem or use `berth rm --force {name}`",
+                path.display()
+            );
+        }
+        eprintln!("berth: {e} (removing anyway: --force)");
+    }
+    std::fs::remove_file(&path)?;
+    println!("removed {name}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth ls`.
+pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let dir = home.join("sandboxes");
+    let mut rows = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "json") {
+                match std::fs::read_to_string(&p)
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<Saved>(&t).ok())
+                {
+                    Some(s) => rows.push(s),
+                    None => eprintln!("berth: skipping unreadable state file {}", p.display()),
+                }
+            }
+        }
+    }
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    if json {
+        let states: Vec<_> = rows
+            .iter()
+            .map(|r| serde_json::json!({"name": r.name, "state": r.state}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&states)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<24} {:<8} {:<8} {:<6} {:<40}",
+        "NAME", "BACKEND", "SNAPSHOT", "READY", "SNAPSHOT ID"
+    );
+    for r in rows {
+        let backend = serde_json::to_value(&r.state.backend)
+            .ok()
+            .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(String::from))
+            .unwrap_or_default();
+        println!(
+            "{:<24} {:<8} {:<8} {:<6} {:<40}",
+            r.name,
+            backend,
+            r.state.snapshot.kind,
+            r.state.workspace_root_ready,
+            r.state.snapshot.id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth inspect NAME`.
+pub async fn inspect(name: &str) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let saved = load(&home, name)?;
+    println!("{}", saved.state.to_json());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth persist NAME --out FILE`: the workspace as a tar file.
+pub async fn persist(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let saved = load(&home, name)?;
+    let mut sandbox = resume(&home, &saved).await?;
+    sandbox.attach().await?;
+    let mut stream = sandbox.persist_workspace().await?;
+    let tmp = out.with_extension("partial");
+    let mut file = tokio::fs::File::create(&tmp)
+        .await
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    let n = tokio::io::copy(&mut stream, &mut file).await;
+    let n = match n {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(e).context("reading the workspace archive");
+        }
+    };
+    file.sync_all().await?;
+    tokio::fs::rename(&tmp, out).await?;
+    println!("wrote {} ({n} bytes)", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth hydrate NAME FILE`: extract a tar into the workspace, after the
+/// whole archive passed the hydrate policy.
+pub async fn hydrate(name: &str, file: &Path) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let saved = load(&home, name)?;
+    let mut sandbox = resume(&home, &saved).await?;
+    sandbox.attach().await?;
+    let mut f = tokio::fs::File::open(file)
+        .await
+        .with_context(|| format!("opening {}", file.display()))?;
+    let stats = sandbox.hydrate_workspace(&mut f).await?;
+    println!(
+        "extracted {} entries ({} bytes) into {name}",
+        stats.entries, stats.bytes
+    );
+    Ok(ExitCode::SUCCESS)
+}
