@@ -137,6 +137,9 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
         .current_dir(root)
         .args(["fmt", "--all", "--", "--check"]))?;
     run(Command::new("cargo")
+        .current_dir(root.join("guest-examples"))
+        .args(["fmt", "--all", "--", "--check"]))?;
+    run(Command::new("cargo")
         .current_dir(root)
         .args(["build", "--workspace", "--all-targets"]))?;
     run(Command::new("cargo")

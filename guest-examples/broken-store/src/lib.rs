@@ -67,7 +67,8 @@ impl GuestClient for BrokenStore {
     }
 
     fn delete(&self, snapshot_id: String) -> Result<(), StorageError> {
-        fs::remove_file(self.path_of(&snapshot_id)).map_err(|e| StorageError::NotFound(e.to_string()))
+        fs::remove_file(self.path_of(&snapshot_id))
+            .map_err(|e| StorageError::NotFound(e.to_string()))
     }
 }
 

@@ -21,7 +21,7 @@ wit_bindgen::generate!({
 });
 
 use exports::berth::snapshot::snapshot::{
-    Snapshot, Config, Guest, GuestSnapshot, InputStream, OutputStream, StorageError,
+    Config, Guest, GuestSnapshot, InputStream, OutputStream, Snapshot, StorageError,
 };
 
 struct DirSnapshot {

@@ -13,7 +13,7 @@
 use std::hint::black_box;
 use std::io::Write;
 
-use berth_guest_kit::{config_value, drain_input, StreamError};
+use berth_guest_kit::{config_value, drain_input};
 
 wit_bindgen::generate!({
     path: "../../wit",
@@ -71,7 +71,9 @@ impl Faulty {
                     "ESCAPED: read {} bytes of /etc/passwd",
                     bytes.len()
                 ))),
-                Err(e) => Err(StorageError::Denied(format!("cannot read /etc/passwd: {e}"))),
+                Err(e) => Err(StorageError::Denied(format!(
+                    "cannot read /etc/passwd: {e}"
+                ))),
             },
             "flood-stdout" => {
                 let line = "flood ".repeat(100);
@@ -102,15 +104,13 @@ impl GuestClient for Faulty {
             "no-read" => Ok(()),
             "half-read-error" => {
                 let _ = data.blocking_read(1024);
-                Err(StorageError::Io("faulty-store: gave up after one read".into()))
+                Err(StorageError::Io(
+                    "faulty-store: gave up after one read".into(),
+                ))
             }
             "ignore-stream-error" => {
-                loop {
-                    match data.blocking_read(65536) {
-                        Ok(_) => continue,
-                        Err(StreamError::Closed) | Err(StreamError::LastOperationFailed(_)) => break,
-                    }
-                }
+                // Reads until the stream ends or breaks, and ignores which.
+                while data.blocking_read(65536).is_ok() {}
                 Ok(())
             }
             _ => {
@@ -123,7 +123,9 @@ impl GuestClient for Faulty {
 
     fn download(&self, id: String, _sink: OutputStream) -> Result<(), StorageError> {
         self.misbehave()?;
-        Err(StorageError::NotFound(format!("faulty-store keeps nothing ({id})")))
+        Err(StorageError::NotFound(format!(
+            "faulty-store keeps nothing ({id})"
+        )))
     }
 
     fn exists(&self, _id: String) -> Result<bool, StorageError> {
@@ -133,7 +135,9 @@ impl GuestClient for Faulty {
 
     fn delete(&self, id: String) -> Result<(), StorageError> {
         self.misbehave()?;
-        Err(StorageError::NotFound(format!("faulty-store keeps nothing ({id})")))
+        Err(StorageError::NotFound(format!(
+            "faulty-store keeps nothing ({id})"
+        )))
     }
 }
 

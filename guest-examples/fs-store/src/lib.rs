@@ -74,7 +74,9 @@ impl GuestClient for FsStore {
         let mut file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(StorageError::NotFound(format!("no snapshot {snapshot_id:?}")))
+                return Err(StorageError::NotFound(format!(
+                    "no snapshot {snapshot_id:?}"
+                )))
             }
             Err(e) => return Err(io_error("opening the snapshot", e)),
         };
@@ -95,9 +97,9 @@ impl GuestClient for FsStore {
         let path = self.path_of(&snapshot_id)?;
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Err(StorageError::NotFound(format!("no snapshot {snapshot_id:?}")))
-            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(StorageError::NotFound(format!(
+                "no snapshot {snapshot_id:?}"
+            ))),
             Err(e) => Err(io_error("deleting the snapshot", e)),
         }
     }
