@@ -94,6 +94,7 @@ async fn four_start_branches_stop_and_resume() {
         .starts_with("sha256:"));
     let root = match &state.backend {
         berth::sandbox::BackendState::Local(l) => l.root_dir.clone(),
+        other => panic!("expected a local backend, got {other:?}"),
     };
     // Stop destroys nothing.
     assert!(root.join("agent.txt").is_file());
@@ -233,6 +234,7 @@ fn state_json_round_trips_and_old_samples_load() {
     assert!(old.snapshot.digest.is_none());
     match &old.backend {
         berth::sandbox::BackendState::Local(l) => assert!(l.owned),
+        other => panic!("expected a local backend, got {other:?}"),
     }
     let again = SandboxState::from_json(&old.to_json()).unwrap();
     assert_eq!(again, old);
@@ -264,6 +266,7 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
     let state = sb.state();
     let root = match &state.backend {
         berth::sandbox::BackendState::Local(l) => l.root_dir.clone(),
+        other => panic!("expected a local backend, got {other:?}"),
     };
     // Replace the stored archive with a different, perfectly valid one.
     let evil_src = dir.path().join("evil");

@@ -64,3 +64,31 @@ pub fn scratch_manifest(file: &str, world: World, scratch: &Path) -> PluginManif
         .with_config("root", "/data")
         .with_config("dir", "/data")
 }
+
+/// The image Docker tests run (`cargo xtask setup` imports it).
+pub fn test_image() -> String {
+    std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into())
+}
+
+/// Whether Docker tests must run: with `CI` or `BERTH_REQUIRE_DOCKER` set,
+/// a missing engine is a failure, never a silent skip.
+pub fn docker_required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("BERTH_REQUIRE_DOCKER").is_some()
+}
+
+/// A Docker client, or `None` (with a message) when no engine answers and
+/// Docker is not required. Panics when it is required and missing.
+pub async fn docker_or_skip(test: &str) -> Option<bollard::Docker> {
+    let probe = berth::backend::docker::DockerOptions::new(test_image());
+    let state = probe.into_state_for_probe();
+    match berth::backend::docker::connect(&state).await {
+        Ok(d) => Some(d),
+        Err(e) if docker_required() => {
+            panic!("{test}: Docker is required (CI/BERTH_REQUIRE_DOCKER) but: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED {test}: no Docker engine ({e}); run `cargo xtask setup` as root");
+            None
+        }
+    }
+}

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
 use super::exec::{CappedBuffer, TIMEOUT_EXIT_CODE};
+use super::Provisioned;
 use super::{
     ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, OutputCallback, OutputStream,
 };
@@ -61,14 +62,14 @@ impl LocalBackend {
 
 #[async_trait::async_trait]
 impl Backend for LocalBackend {
-    async fn ensure_running(&mut self) -> Result<(), BackendError> {
+    async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
         // Nothing runs between commands; the parent of the root must exist.
         if let Some(parent) = self.state.root_dir.parent() {
             tokio::fs::create_dir_all(parent)
                 .await
                 .map_err(|e| Self::op_error("preparing the workspace parent directory", e))?;
         }
-        Ok(())
+        Ok(Provisioned::Existing)
     }
 
     async fn root_exists(&self) -> Result<bool, BackendError> {

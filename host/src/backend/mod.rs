@@ -2,6 +2,7 @@
 //! implements the small [`Backend`] trait; the lifecycle (start branches,
 //! snapshots, entries) lives once, in [`crate::sandbox`].
 
+pub mod docker;
 pub mod exec;
 pub mod local;
 
@@ -48,12 +49,24 @@ pub enum BackendError {
     },
 }
 
+/// What [`Backend::ensure_running`] had to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provisioned {
+    /// The sandbox existed (it may have been restarted).
+    Existing,
+    /// The sandbox was created from nothing (first start, or re-created
+    /// after it was removed behind our back).
+    Created,
+}
+
 /// Where a workspace lives and commands run.
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync {
     /// Makes the sandbox able to run commands: create, reconnect or restart
-    /// as needed. Never destroys anything.
-    async fn ensure_running(&mut self) -> Result<(), BackendError>;
+    /// as needed. Never destroys anything. Says whether it had to create
+    /// the sandbox from nothing, in which case whatever the image holds at
+    /// the root is not the workspace.
+    async fn ensure_running(&mut self) -> Result<Provisioned, BackendError>;
 
     /// Whether the workspace root exists.
     async fn root_exists(&self) -> Result<bool, BackendError>;

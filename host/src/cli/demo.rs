@@ -106,6 +106,7 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     let branch = sandbox.start().await?;
     let root = match &sandbox.state().backend {
         BackendState::Local(l) => l.root_dir.clone(),
+        BackendState::Docker(_) => bail!("the demo's first half runs on the local backend"),
     };
     println!("    started ({branch:?}); workspace at {}", root.display());
 

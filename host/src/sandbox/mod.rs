@@ -19,7 +19,7 @@ use tokio::io::AsyncRead;
 pub use snapshot_binding::SnapshotSpec;
 pub use state::{BackendState, SandboxState, SnapshotState};
 
-use crate::backend::{Backend, BackendError, ExecRequest, ExecResult};
+use crate::backend::{Backend, BackendError, ExecRequest, ExecResult, Provisioned};
 use crate::plugin::{PluginError, PluginHost};
 use crate::snapshot::SandboxSnapshot;
 use crate::snapshot_id::SnapshotId;
@@ -201,8 +201,9 @@ impl Sandbox {
 
     async fn start_branches(&mut self) -> Result<StartBranch, SandboxError> {
         self.state.manifest.validate()?;
-        self.backend.ensure_running().await?;
-        let root_exists = self.backend.root_exists().await?;
+        let provisioned = self.backend.ensure_running().await?;
+        let root_exists =
+            provisioned == Provisioned::Existing && self.backend.root_exists().await?;
         if self.state.workspace_root_ready && root_exists {
             self.apply_entries(Selection::EphemeralOnly).await?;
             return Ok(StartBranch::Reuse);
@@ -228,8 +229,11 @@ impl Sandbox {
     /// its root is ready and present; otherwise runs [`Sandbox::start`].
     /// For callers (like the CLI) that resume a sandbox for each command.
     pub async fn attach(&mut self) -> Result<StartBranch, SandboxError> {
-        self.backend.ensure_running().await?;
-        if self.state.workspace_root_ready && self.backend.root_exists().await? {
+        let provisioned = self.backend.ensure_running().await?;
+        if self.state.workspace_root_ready
+            && provisioned == Provisioned::Existing
+            && self.backend.root_exists().await?
+        {
             self.running = true;
             return Ok(StartBranch::Attached);
         }
@@ -435,6 +439,8 @@ pub enum BackendSpec {
         /// Host directory of the workspace.
         root_dir: Option<PathBuf>,
     },
+    /// A Docker container.
+    Docker(crate::backend::docker::DockerOptions),
 }
 
 /// Creates and resumes sandboxes.
@@ -491,6 +497,19 @@ impl SandboxClient {
                     },
                 ))
             }
+            BackendSpec::Docker(options) => {
+                let root = workspace.root.trim_end_matches('/').to_string();
+                let binds = workspace
+                    .bind_mounts()?
+                    .into_iter()
+                    .map(|(rel, host, ro)| {
+                        let ro = if ro { ":ro" } else { "" };
+                        format!("{}:{root}/{}{ro}", host.display(), rel.display())
+                    })
+                    .collect();
+                let state = options.into_state(&session_id, &workspace.root, binds);
+                Box::new(crate::backend::docker::DockerBackend::connect(state, &session_id).await?)
+            }
         };
         let state = SandboxState {
             backend: backend.state(),
@@ -524,6 +543,10 @@ impl SandboxClient {
         snap_state.digest = state.snapshot.digest.clone();
         let backend: Box<dyn Backend> = match &state.backend {
             BackendState::Local(s) => Box::new(crate::backend::local::LocalBackend::new(s.clone())),
+            BackendState::Docker(s) => Box::new(
+                crate::backend::docker::DockerBackend::connect(s.clone(), &state.session_id)
+                    .await?,
+            ),
         };
         let mut state = state;
         state.snapshot = snap_state;

@@ -178,36 +178,15 @@ pub fn stream_spooled(
                 return Err(ArchiveError::Io(io::Error::other(message)));
             }
         };
-        let mut writer = Some(writer);
-        let sink = PipeSink(&mut writer);
-        let result = archive::filter(source, Some(sink), limits);
-        if let Some(w) = writer {
-            match &result {
-                Ok(_) => {
-                    let _ = w.finish();
-                }
-                Err(e) => w.fail(io::Error::other(e.to_string())),
+        let mut writer = writer;
+        let result = archive::filter(source, Some(&mut writer), limits);
+        match &result {
+            Ok(_) => {
+                let _ = writer.finish();
             }
+            Err(e) => writer.fail(io::Error::other(e.to_string())),
         }
         result
     });
     (reader, handle)
-}
-
-/// Lends a pipe writer to the filter while keeping it to end the stream.
-struct PipeSink<'a>(&'a mut Option<byte_pipe::PipeWriter>);
-
-impl io::Write for PipeSink<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self.0.as_mut() {
-            Some(w) => w.write(buf),
-            None => Err(io::Error::from(io::ErrorKind::BrokenPipe)),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self.0.as_mut() {
-            Some(w) => w.flush(),
-            None => Ok(()),
-        }
-    }
 }

@@ -52,6 +52,8 @@ pub struct SnapshotState {
 pub enum BackendState {
     /// The local (unisolated) backend.
     Local(crate::backend::local::LocalState),
+    /// The Docker backend.
+    Docker(crate::backend::docker::DockerState),
 }
 
 /// The whole state of a sandbox.

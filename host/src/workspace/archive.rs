@@ -360,3 +360,54 @@ pub fn unpack_into<R: Read>(source: R, root: &Path) -> Result<ArchiveStats, Arch
     }
     Ok(stats)
 }
+
+/// Re-roots a tar whose entries sit under one top directory (as the Docker
+/// archive API returns `workspace/...`) to paths relative to `.`, leaving
+/// out `exclude` (relative paths; directories exclude their subtree).
+/// Entries are copied as they are otherwise: this is our own workspace
+/// going out, not an archive coming in.
+pub fn reroot<R: Read, W: Write>(
+    source: R,
+    sink: W,
+    exclude: &[PathBuf],
+) -> Result<ArchiveStats, ArchiveError> {
+    let mut archive = tar::Archive::new(source);
+    let mut builder = tar::Builder::new(sink);
+    let mut stats = ArchiveStats::default();
+    let corrupt = |e: io::Error| ArchiveError::Corrupt(e.to_string());
+    for entry in archive.entries().map_err(corrupt)? {
+        let mut entry = entry.map_err(corrupt)?;
+        let raw = entry.path_bytes().into_owned();
+        let Some(path) = normalise(&raw)? else {
+            continue;
+        };
+        let mut parts = path.components();
+        parts.next();
+        let rel = parts.as_path().to_path_buf();
+        if rel.as_os_str().is_empty() || exclude.iter().any(|x| rel.starts_with(x)) {
+            continue;
+        }
+        let mut header = entry.header().clone();
+        stats.entries += 1;
+        stats.bytes += header.entry_size().unwrap_or(0);
+        match header.entry_type() {
+            tar::EntryType::Symlink | tar::EntryType::Link => {
+                let target = entry
+                    .link_name_bytes()
+                    .map(|t| t.into_owned())
+                    .unwrap_or_default();
+                let mut target = PathBuf::from(std::ffi::OsStr::from_bytes(&target));
+                if header.entry_type() == tar::EntryType::Link {
+                    // Hardlink targets are archive paths: re-root them too.
+                    let mut t = target.components();
+                    t.next();
+                    target = t.as_path().to_path_buf();
+                }
+                builder.append_link(&mut header, &rel, &target)?;
+            }
+            _ => builder.append_data(&mut header, &rel, &mut entry)?,
+        }
+    }
+    builder.into_inner()?.flush()?;
+    Ok(stats)
+}

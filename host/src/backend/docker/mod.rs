@@ -1,0 +1,716 @@
+//! The Docker backend, entirely over the Docker API (`bollard`); no `docker`
+//! CLI anywhere.
+//!
+//! Resume is transparent: [`Backend::ensure_running`] inspects the container
+//! by id, then by name — running: reconnect; created/exited: start; paused:
+//! unpause; **not found**: create it again (the lifecycle then restores the
+//! workspace from the snapshot). Any other error (daemon down, timeout,
+//! permission) is returned and never triggers a re-create.
+//!
+//! Secure defaults: network `none`, all capabilities dropped,
+//! `no-new-privileges`, a pids limit, an init that reaps zombies.
+
+pub mod run_args;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, ContainerStateStatusEnum, HostConfig, PortBinding};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
+    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use super::exec::{CappedBuffer, TIMEOUT_EXIT_CODE};
+use super::{
+    ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, OutputStream, Provisioned,
+};
+use crate::byte_pipe::{self, BlockingReader};
+use crate::sandbox::state::BackendState;
+use crate::workspace::archive;
+use crate::workspace::entries::BindMounts;
+
+pub(crate) const BACKEND: &str = "docker backend";
+
+/// Default pids limit when run arguments do not set one.
+pub const DEFAULT_PIDS_LIMIT: i64 = 1024;
+
+/// How long to wait for the daemon to answer a ping.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn default_root() -> String {
+    crate::workspace::spec::DEFAULT_ROOT.to_string()
+}
+fn yes() -> bool {
+    true
+}
+fn none_network() -> String {
+    "none".to_string()
+}
+
+/// Docker backend state (every field of the seed's `DockerSandboxState`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DockerState {
+    /// Container id, once created.
+    #[serde(default)]
+    pub container_id: Option<String>,
+    /// Container name (`berth-<session>` by default).
+    pub container_name: String,
+    /// Image (must exist locally).
+    pub image: String,
+    /// Workspace root inside the container.
+    #[serde(default = "default_root")]
+    pub workspace_root: String,
+    /// Whether shutdown may remove the container.
+    #[serde(default = "yes")]
+    pub container_owned: bool,
+    /// Memory limit in bytes.
+    #[serde(default)]
+    pub memory_size_bytes: Option<i64>,
+    /// CPU limit (fractional CPUs).
+    #[serde(default)]
+    pub cpu_count: Option<f64>,
+    /// Container ports published on 127.0.0.1 (`8080` or `8080/udp`).
+    #[serde(default)]
+    pub exposed_ports: Vec<String>,
+    /// Network mode (default `none`).
+    #[serde(default = "none_network")]
+    pub network: String,
+    /// Extra `docker run` arguments (see [`run_args::SUPPORTED`]).
+    #[serde(default)]
+    pub additional_run_args: Vec<String>,
+    /// Container environment.
+    #[serde(default)]
+    pub environment: BTreeMap<String, String>,
+    /// Bind mounts (`host:container[:ro]`), from the workspace manifest.
+    #[serde(default)]
+    pub binds: Vec<String>,
+    /// Daemon socket (default `$DOCKER_HOST` or /var/run/docker.sock).
+    #[serde(default)]
+    pub docker_host: Option<String>,
+}
+
+impl Eq for DockerState {}
+
+/// Builder for a new Docker sandbox.
+#[derive(Debug, Clone)]
+pub struct DockerOptions {
+    state: DockerState,
+}
+
+impl DockerOptions {
+    /// A sandbox from `image` with secure defaults.
+    pub fn new(image: impl Into<String>) -> Self {
+        DockerOptions {
+            state: DockerState {
+                container_id: None,
+                container_name: String::new(),
+                image: image.into(),
+                workspace_root: default_root(),
+                container_owned: true,
+                memory_size_bytes: None,
+                cpu_count: None,
+                exposed_ports: Vec::new(),
+                network: none_network(),
+                additional_run_args: Vec::new(),
+                environment: BTreeMap::new(),
+                binds: Vec::new(),
+                docker_host: None,
+            },
+        }
+    }
+    /// Memory limit in bytes.
+    pub fn memory(mut self, bytes: i64) -> Self {
+        self.state.memory_size_bytes = Some(bytes);
+        self
+    }
+    /// CPU limit.
+    pub fn cpus(mut self, cpus: f64) -> Self {
+        self.state.cpu_count = Some(cpus);
+        self
+    }
+    /// Publishes a container port on 127.0.0.1.
+    pub fn expose(mut self, port: impl Into<String>) -> Self {
+        self.state.exposed_ports.push(port.into());
+        self
+    }
+    /// Network mode (e.g. `bridge`); default `none`.
+    pub fn network(mut self, network: impl Into<String>) -> Self {
+        self.state.network = network.into();
+        self
+    }
+    /// Extra `docker run` arguments from the supported subset.
+    pub fn run_args(mut self, args: Vec<String>) -> Self {
+        self.state.additional_run_args = args;
+        self
+    }
+    /// An environment variable for the container.
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.state.environment.insert(k.into(), v.into());
+        self
+    }
+    /// Container name (default `berth-<session>`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.state.container_name = name.into();
+        self
+    }
+    /// Uses an existing container that Berth does not own: shutdown leaves
+    /// it alone and stop only persists.
+    pub fn existing_container(mut self, name_or_id: impl Into<String>) -> Self {
+        self.state.container_name = name_or_id.into();
+        self.state.container_owned = false;
+        self
+    }
+    /// The daemon socket (`unix:///path` or a path).
+    pub fn docker_host(mut self, host: impl Into<String>) -> Self {
+        self.state.docker_host = Some(host.into());
+        self
+    }
+
+    /// The state as configured so far (for probing the daemon).
+    pub fn into_state_for_probe(self) -> DockerState {
+        self.state
+    }
+
+    /// The state for session `session_id` with workspace `root` and binds.
+    pub(crate) fn into_state(
+        mut self,
+        session_id: &str,
+        root: &str,
+        binds: Vec<String>,
+    ) -> DockerState {
+        if self.state.container_name.is_empty() {
+            self.state.container_name = format!("berth-{session_id}");
+        }
+        self.state.workspace_root = root.to_string();
+        self.state.binds = binds;
+        self.state
+    }
+}
+
+/// The Docker backend.
+pub struct DockerBackend {
+    state: DockerState,
+    session_id: String,
+    docker: Docker,
+}
+
+fn unreachable(host: &str, e: impl std::fmt::Display) -> BackendError {
+    BackendError::Unreachable {
+        backend: BACKEND,
+        message: format!(
+            "cannot reach the Docker daemon at {host}: {e}. Start dockerd (`cargo xtask setup` does, as root) or set DOCKER_HOST"
+        ),
+    }
+}
+
+fn socket_path(state: &DockerState) -> String {
+    let host = state
+        .docker_host
+        .clone()
+        .or_else(|| std::env::var("DOCKER_HOST").ok())
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    host.strip_prefix("unix://").unwrap_or(&host).to_string()
+}
+
+/// Connects to the daemon and negotiates the API version; fails fast with a
+/// clear error when it is down.
+pub async fn connect(state: &DockerState) -> Result<Docker, BackendError> {
+    let path = socket_path(state);
+    let docker = Docker::connect_with_unix(&path, 600, bollard::API_DEFAULT_VERSION)
+        .map_err(|e| unreachable(&path, e))?;
+    match tokio::time::timeout(PING_TIMEOUT, docker.negotiate_version()).await {
+        Ok(Ok(d)) => Ok(d),
+        Ok(Err(e)) => Err(unreachable(&path, e)),
+        Err(_) => Err(unreachable(
+            &path,
+            format!("no answer within {PING_TIMEOUT:?}"),
+        )),
+    }
+}
+
+fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+fn op(operation: &'static str, e: impl std::fmt::Display) -> BackendError {
+    BackendError::Operation {
+        backend: BACKEND,
+        operation,
+        message: e.to_string(),
+    }
+}
+
+/// The keep-alive process: sleeps until stopped, under the API's init.
+const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
+
+impl DockerBackend {
+    /// Connects for a sandbox with `state`.
+    pub async fn connect(state: DockerState, session_id: &str) -> Result<Self, BackendError> {
+        // Refuse unsupported run arguments at create, before any daemon work.
+        run_args::parse(&state.additional_run_args)?;
+        let docker = connect(&state).await?;
+        Ok(DockerBackend {
+            state,
+            session_id: session_id.to_string(),
+            docker,
+        })
+    }
+
+    /// The container reference: id when known, else name.
+    fn target(&self) -> String {
+        self.state
+            .container_id
+            .clone()
+            .unwrap_or_else(|| self.state.container_name.clone())
+    }
+
+    fn create_body(&self) -> Result<ContainerCreateBody, BackendError> {
+        let extra = run_args::parse(&self.state.additional_run_args)?;
+        for bind in &self.state.binds {
+            let host = bind.split(':').next().unwrap_or("");
+            let canonical = std::fs::canonicalize(host).unwrap_or_else(|_| PathBuf::from(host));
+            if canonical.ends_with("docker.sock") {
+                return Err(BackendError::Config {
+                    backend: BACKEND,
+                    message: format!("refusing to bind-mount the Docker socket ({bind}): it would hand the sandbox the host"),
+                });
+            }
+        }
+        let mut labels: HashMap<String, String> = extra.labels.clone().into_iter().collect();
+        labels.insert("berth.session".into(), self.session_id.clone());
+        labels.insert("berth.owned".into(), self.state.container_owned.to_string());
+        let mut env = self.state.environment.clone();
+        env.extend(extra.env.clone());
+        let mut security_opt = extra.security_opt.clone();
+        if !security_opt
+            .iter()
+            .any(|o| o.starts_with("no-new-privileges"))
+        {
+            security_opt.push("no-new-privileges".into());
+        }
+        let security_opt: Vec<String> = security_opt
+            .into_iter()
+            .filter(|o| o != "no-new-privileges=false")
+            .collect();
+        let mut exposed = HashMap::new();
+        let mut bindings = HashMap::new();
+        for p in &self.state.exposed_ports {
+            let key = if p.contains('/') {
+                p.clone()
+            } else {
+                format!("{p}/tcp")
+            };
+            exposed.insert(key.clone(), HashMap::new());
+            bindings.insert(
+                key,
+                Some(vec![PortBinding {
+                    host_ip: Some("127.0.0.1".into()),
+                    host_port: Some(String::new()),
+                }]),
+            );
+        }
+        let host_config = HostConfig {
+            init: Some(true),
+            memory: self.state.memory_size_bytes,
+            memory_swap: self.state.memory_size_bytes,
+            nano_cpus: self.state.cpu_count.map(|c| (c * 1e9) as i64),
+            pids_limit: Some(extra.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
+            network_mode: Some(self.state.network.clone()),
+            cap_drop: Some(extra.cap_drop.clone().unwrap_or_else(|| vec!["ALL".into()])),
+            cap_add: (!extra.cap_add.is_empty()).then(|| extra.cap_add.clone()),
+            security_opt: Some(security_opt),
+            port_bindings: (!bindings.is_empty()).then_some(bindings),
+            binds: (!self.state.binds.is_empty()).then(|| self.state.binds.clone()),
+            readonly_rootfs: extra.read_only.then_some(true),
+            tmpfs: (!extra.tmpfs.is_empty()).then(|| extra.tmpfs.clone()),
+            ulimits: (!extra.ulimits.is_empty()).then(|| extra.ulimits.clone()),
+            shm_size: extra.shm_size,
+            extra_hosts: (!extra.extra_hosts.is_empty()).then(|| extra.extra_hosts.clone()),
+            ..Default::default()
+        };
+        Ok(ContainerCreateBody {
+            image: Some(self.state.image.clone()),
+            cmd: Some(vec!["sh".into(), "-c".into(), KEEP_ALIVE.into()]),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(labels),
+            user: extra.user.clone(),
+            working_dir: extra.workdir.clone(),
+            exposed_ports: (!exposed.is_empty()).then_some(exposed),
+            host_config: Some(host_config),
+            ..Default::default()
+        })
+    }
+
+    async fn create(&mut self) -> Result<(), BackendError> {
+        if !self.state.container_owned {
+            return Err(BackendError::Operation {
+                backend: BACKEND,
+                operation: "resume",
+                message: format!(
+                    "container {} is not owned by Berth and no longer exists; Berth will not create it",
+                    self.state.container_name
+                ),
+            });
+        }
+        let body = self.create_body()?;
+        if let Err(e) = self.docker.inspect_image(&self.state.image).await {
+            return Err(if is_not_found(&e) {
+                BackendError::Config {
+                    backend: BACKEND,
+                    message: format!(
+                        "image {} is not present locally and Berth does not pull images; import or build it first",
+                        self.state.image
+                    ),
+                }
+            } else {
+                op("inspecting the image", e)
+            });
+        }
+        let options = CreateContainerOptionsBuilder::new()
+            .name(&self.state.container_name)
+            .build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| op("creating the container", e))?;
+        tracing::info!(container = %created.id, name = %self.state.container_name, "container created");
+        self.state.container_id = Some(created.id);
+        self.docker
+            .start_container(
+                &self.target(),
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| op("starting the container", e))
+    }
+
+    /// Runs a short helper command (no timeout semantics beyond `limit`).
+    async fn helper(&self, cmd: Vec<String>, limit: Duration) -> Result<ExecResult, BackendError> {
+        let mut req = ExecRequest::new(String::new(), limit);
+        req.stdout_cap = 64 * 1024;
+        req.stderr_cap = 64 * 1024;
+        self.run_exec(cmd, &req, false).await
+    }
+
+    /// Runs `cmd` and collects its output. `in_workspace` runs it in the
+    /// workspace root (user commands) rather than `/` (helpers).
+    async fn run_exec(
+        &self,
+        cmd: Vec<String>,
+        request: &ExecRequest,
+        in_workspace: bool,
+    ) -> Result<ExecResult, BackendError> {
+        let started = Instant::now();
+        let env: Vec<String> = request
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let exec = self
+            .docker
+            .create_exec(
+                &self.target(),
+                CreateExecOptions {
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    env: Some(env),
+                    cmd: Some(cmd),
+                    working_dir: in_workspace.then(|| self.state.workspace_root.clone()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| op("creating the exec", e))?;
+        let output = match self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| op("starting the exec", e))?
+        {
+            StartExecResults::Attached { output, .. } => output,
+            StartExecResults::Detached => {
+                return Err(op("starting the exec", "the daemon detached the exec"))
+            }
+        };
+        let mut stdout = CappedBuffer::new(request.stdout_cap);
+        let mut stderr = CappedBuffer::new(request.stderr_cap);
+        let callback = request.on_output.clone();
+        let collect = async {
+            let mut output = output;
+            while let Some(item) = output.next().await {
+                match item {
+                    Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                        if let Some(cb) = &callback {
+                            cb(OutputStream::Stdout, &message);
+                        }
+                        stdout.push(&message);
+                    }
+                    Ok(LogOutput::StdErr { message }) => {
+                        if let Some(cb) = &callback {
+                            cb(OutputStream::Stderr, &message);
+                        }
+                        stderr.push(&message);
+                    }
+                    Ok(LogOutput::StdIn { .. }) => {}
+                    Err(e) => return Err(op("reading the exec output", e)),
+                }
+            }
+            Ok(())
+        };
+        let timed_out = match tokio::time::timeout(request.timeout, collect).await {
+            Ok(r) => {
+                r?;
+                false
+            }
+            Err(_) => true,
+        };
+        let exit_code = if timed_out {
+            TIMEOUT_EXIT_CODE
+        } else {
+            let inspect = self
+                .docker
+                .inspect_exec(&exec.id)
+                .await
+                .map_err(|e| op("inspecting the exec", e))?;
+            inspect.exit_code.unwrap_or(-1) as i32
+        };
+        let (stdout, stdout_dropped) = stdout.finish();
+        let (mut stderr, stderr_dropped) = stderr.finish();
+        if timed_out {
+            stderr.push_str(&format!(
+                "\ncommand timed out after {:?} and was killed",
+                request.timeout
+            ));
+        }
+        Ok(ExecResult {
+            exit_code,
+            stdout,
+            stderr,
+            truncated: stdout_dropped + stderr_dropped > 0,
+            stdout_dropped,
+            stderr_dropped,
+            timed_out,
+            duration_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// The current container id.
+    pub fn container_id(&self) -> Option<&str> {
+        self.state.container_id.as_deref()
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for DockerBackend {
+    async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
+        let mut found = None;
+        for reference in [
+            self.state.container_id.clone(),
+            Some(self.state.container_name.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            match self
+                .docker
+                .inspect_container(
+                    &reference,
+                    None::<bollard::query_parameters::InspectContainerOptions>,
+                )
+                .await
+            {
+                Ok(info) => {
+                    found = Some(info);
+                    break;
+                }
+                Err(e) if is_not_found(&e) => continue,
+                Err(e) => return Err(op("inspecting the container", e)),
+            }
+        }
+        let Some(info) = found else {
+            tracing::info!(name = %self.state.container_name, "container gone; creating it again");
+            self.state.container_id = None;
+            self.create().await?;
+            return Ok(Provisioned::Created);
+        };
+        self.state.container_id = info.id.clone();
+        let status = info.state.and_then(|s| s.status);
+        let target = self.target();
+        let resumed = match status {
+            Some(ContainerStateStatusEnum::RUNNING) => Ok(()),
+            Some(ContainerStateStatusEnum::PAUSED) => self
+                .docker
+                .unpause_container(&target)
+                .await
+                .map_err(|e| op("unpausing the container", e)),
+            Some(ContainerStateStatusEnum::CREATED) | Some(ContainerStateStatusEnum::EXITED) => {
+                self.docker
+                    .start_container(
+                        &target,
+                        None::<bollard::query_parameters::StartContainerOptions>,
+                    )
+                    .await
+                    .map_err(|e| op("starting the container", e))
+            }
+            other => Err(op(
+                "resuming the container",
+                format!("container {target} is {other:?}; wait for it to settle or remove it"),
+            )),
+        };
+        resumed.map(|()| Provisioned::Existing)
+    }
+
+    async fn root_exists(&self) -> Result<bool, BackendError> {
+        let r = self
+            .helper(
+                vec![
+                    "test".into(),
+                    "-d".into(),
+                    self.state.workspace_root.clone(),
+                ],
+                Duration::from_secs(30),
+            )
+            .await?;
+        Ok(r.exit_code == 0)
+    }
+
+    async fn prepare_root(&mut self) -> Result<(), BackendError> {
+        let r = self
+            .helper(
+                vec![
+                    "mkdir".into(),
+                    "-p".into(),
+                    self.state.workspace_root.clone(),
+                ],
+                Duration::from_secs(30),
+            )
+            .await?;
+        if r.exit_code != 0 {
+            return Err(op("creating the workspace root", r.stderr));
+        }
+        Ok(())
+    }
+
+    async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
+        let pidfile = format!("/tmp/.berth-exec-{:x}", rand_u64());
+        let cmd = vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            "echo $$ > \"$0\"; exec sh -c \"$1\"".to_string(),
+            pidfile.clone(),
+            request.command.clone(),
+        ];
+        let result = self.run_exec(cmd, &request, true).await;
+        // On timeout, kill the command's whole process group inside the
+        // container (the exec's process leads its own group); either way,
+        // remove the pid file.
+        let cleanup = match &result {
+            Ok(r) if r.timed_out => {
+                format!("pg=$(cat '{pidfile}' 2>/dev/null) && kill -9 -$pg; rm -f '{pidfile}'")
+            }
+            _ => format!("rm -f '{pidfile}'"),
+        };
+        if let Err(e) = self
+            .helper(
+                vec!["sh".into(), "-c".into(), cleanup],
+                Duration::from_secs(10),
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "cleaning up after an exec failed");
+        }
+        result
+    }
+
+    async fn read_archive(&self, exclude: &[PathBuf]) -> Result<ArchiveStream, BackendError> {
+        let options = DownloadFromContainerOptionsBuilder::new()
+            .path(&self.state.workspace_root)
+            .build();
+        let stream = self
+            .docker
+            .download_from_container(&self.target(), Some(options));
+        let reader =
+            tokio_util::io::StreamReader::new(stream.map(|r| r.map_err(std::io::Error::other)));
+        let (writer, out) = byte_pipe::pipe();
+        let exclude = exclude.to_vec();
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let source = BlockingReader::new(Box::pin(reader), handle);
+            let mut writer = writer;
+            match archive::reroot(source, &mut writer, &exclude) {
+                Ok(_) => {
+                    let _ = writer.finish();
+                }
+                Err(e) => writer.fail(std::io::Error::other(format!(
+                    "reading the workspace from the container: {e}"
+                ))),
+            }
+        });
+        Ok(Box::new(out))
+    }
+
+    async fn write_archive(&self, stream: ArchiveStream) -> Result<(), BackendError> {
+        let options = UploadToContainerOptionsBuilder::new()
+            .path(&self.state.workspace_root)
+            .build();
+        let body = bollard::body_try_stream(tokio_util::io::ReaderStream::with_capacity(
+            stream,
+            256 * 1024,
+        ));
+        self.docker
+            .upload_to_container(&self.target(), Some(options), body)
+            .await
+            .map_err(|e| op("uploading into the container", e))
+    }
+
+    async fn destroy(&mut self) -> Result<(), BackendError> {
+        if !self.state.container_owned {
+            tracing::info!(container = %self.target(), "container not owned by Berth; leaving it");
+            return Ok(());
+        }
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
+        match self
+            .docker
+            .remove_container(&self.target(), Some(options))
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(op("removing the container", e)),
+        }
+        self.state.container_id = None;
+        Ok(())
+    }
+
+    fn bind_mounts(&self) -> BindMounts {
+        BindMounts::Skip
+    }
+
+    fn state(&self) -> BackendState {
+        BackendState::Docker(self.state.clone())
+    }
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u8(3);
+    h.finish()
+}

@@ -1,0 +1,400 @@
+//! The Docker backend on a real engine: every resume case, timeouts that
+//! kill inside the container, limits and labels, unsupported run arguments,
+//! containers we do not own, and a daemon that is not there.
+
+use std::time::{Duration, Instant};
+
+use berth::backend::docker::DockerOptions;
+use berth::backend::ExecRequest;
+use berth::sandbox::{
+    BackendSpec, BackendState, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState,
+    SnapshotSpec, StartBranch,
+};
+use berth::workspace::WorkspaceSpec;
+use berth_tests::{docker_or_skip, test_image};
+use bollard::query_parameters::{
+    InspectContainerOptions, RemoveContainerOptionsBuilder, StopContainerOptions,
+};
+
+async fn sh(sb: &Sandbox, cmd: &str) -> String {
+    let r = sb
+        .exec(ExecRequest::new(cmd, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr);
+    r.stdout
+}
+
+fn container_id(state: &SandboxState) -> String {
+    match &state.backend {
+        BackendState::Docker(d) => d.container_id.clone().expect("container id"),
+        other => panic!("not a docker sandbox: {other:?}"),
+    }
+}
+
+fn workspace() -> WorkspaceSpec {
+    serde_json::from_value(serde_json::json!({
+        "environment": {"WHO": "agent"},
+        "entries": {
+            "hello.txt": {"type": "file", "content": "hello docker\n"},
+            "src": {"type": "dir", "children": {"run.sh": {"type": "file", "content": "echo run by $WHO\n"}}},
+            "tmp": {"type": "dir", "ephemeral": true, "children": {"scratch": {"type": "file", "content": "e"}}}
+        }
+    }))
+    .unwrap()
+}
+
+const LISTING: &str = "cd /workspace && find . -path ./tmp -prune -o \\( -type f -o -type l \\) -print | sort | xargs sha256sum";
+
+async fn resume(client: &SandboxClient, state: &SandboxState) -> Sandbox {
+    client
+        .resume(
+            SandboxState::from_json(&state.to_json()).unwrap(),
+            None,
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_in_every_case_restores_byte_identical() {
+    let Some(docker) = docker_or_skip("resume_in_every_case_restores_byte_identical").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path());
+    let snaps = dir.path().join("snaps");
+    let mut sb = client
+        .create(
+            workspace(),
+            SnapshotSpec::Local { base_dir: snaps },
+            None,
+            BackendSpec::Docker(DockerOptions::new(test_image())),
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sb.start().await.unwrap(), StartBranch::Fresh);
+    assert_eq!(sh(&sb, "sh src/run.sh").await, "run by agent\n");
+    sh(&sb, "mkdir -p data && seq 1 50000 > data/n.txt && head -c 300000 /dev/urandom > data/r.bin && ln -s data/n.txt link && chmod 640 data/r.bin").await;
+    let before = sh(&sb, LISTING).await;
+    sb.stop().await.unwrap();
+    let state = sb.state();
+    let id = container_id(&state);
+
+    // Alive: reconnect, nothing re-created.
+    let t = Instant::now();
+    let mut sb = resume(&client, &state).await;
+    assert_eq!(sb.start().await.unwrap(), StartBranch::Reuse);
+    println!("resume of a running container: {:?}", t.elapsed());
+    assert_eq!(container_id(&sb.state()), id);
+    assert_eq!(sh(&sb, LISTING).await, before);
+
+    // Stopped behind our back: restarted, same container.
+    docker
+        .stop_container(&id, None::<StopContainerOptions>)
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let mut sb = resume(&client, &state).await;
+    assert_eq!(sb.start().await.unwrap(), StartBranch::Reuse);
+    println!("resume of a stopped container: {:?}", t.elapsed());
+    assert_eq!(container_id(&sb.state()), id);
+    assert_eq!(sh(&sb, LISTING).await, before);
+
+    // Removed behind our back: re-created and restored from the snapshot.
+    docker
+        .remove_container(
+            &id,
+            Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+        )
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let mut sb = resume(&client, &state).await;
+    assert_eq!(
+        sb.start().await.unwrap(),
+        StartBranch::Rebuild { restored: true }
+    );
+    println!(
+        "resume of a removed container (re-create + restore): {:?}",
+        t.elapsed()
+    );
+    let new_id = container_id(&sb.state());
+    assert_ne!(new_id, id);
+    assert_eq!(
+        sh(&sb, LISTING).await,
+        before,
+        "workspace differs after restore"
+    );
+    assert_eq!(sh(&sb, "stat -c %a data/r.bin").await, "640\n");
+    assert_eq!(
+        sh(&sb, "cat tmp/scratch").await,
+        "e",
+        "ephemeral entries re-applied"
+    );
+    assert_eq!(
+        state.snapshot.id,
+        sb.state().snapshot.id,
+        "snapshot id is stable across re-creation"
+    );
+
+    sb.shutdown().await.unwrap();
+    assert!(docker
+        .inspect_container(&new_id, None::<InspectContainerOptions>)
+        .await
+        .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn timeout_kills_the_process_inside_the_container() {
+    let Some(_docker) = docker_or_skip("timeout_kills_the_process_inside_the_container").await
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path());
+    let mut sb = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Noop,
+            None,
+            BackendSpec::Docker(DockerOptions::new(test_image())),
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    let t = Instant::now();
+    let r = sb
+        .exec(ExecRequest::new(
+            "echo started; sleep 987 & sleep 986; echo never",
+            Duration::from_secs(2),
+        ))
+        .await
+        .unwrap();
+    assert!(r.timed_out);
+    assert_eq!(r.exit_code, 124);
+    assert!(
+        r.stdout.contains("started"),
+        "output before the timeout is kept: {r:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(10));
+    let ps = sh(&sb, "ps -o pid,args").await;
+    assert!(
+        !ps.contains("sleep 98"),
+        "processes survived the timeout:\n{ps}"
+    );
+
+    let mut req = ExecRequest::new(
+        "head -c 200000 /dev/zero; echo e >&2; exit 3",
+        Duration::from_secs(20),
+    );
+    req.stdout_cap = 1000;
+    let r = sb.exec(req).await.unwrap();
+    assert_eq!(
+        (
+            r.exit_code,
+            r.stdout.len(),
+            r.stdout_dropped,
+            r.stderr.as_str()
+        ),
+        (3, 1000, 199_000, "e\n")
+    );
+    assert_eq!(sh(&sb, "pwd").await, "/workspace\n");
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_labels_and_secure_defaults_are_on_the_container() {
+    let Some(docker) =
+        docker_or_skip("limits_labels_and_secure_defaults_are_on_the_container").await
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path());
+    let options = DockerOptions::new(test_image())
+        .memory(256 << 20)
+        .cpus(1.5)
+        .run_args(vec![
+            "--pids-limit".into(),
+            "77".into(),
+            "--label".into(),
+            "team=agents".into(),
+        ]);
+    let mut sb = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Noop,
+            None,
+            BackendSpec::Docker(options),
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    let state = sb.state();
+    let info = docker
+        .inspect_container(&container_id(&state), None::<InspectContainerOptions>)
+        .await
+        .unwrap();
+    let hc = info.host_config.unwrap();
+    assert_eq!(hc.memory, Some(256 << 20));
+    assert_eq!(hc.nano_cpus, Some(1_500_000_000));
+    assert_eq!(hc.pids_limit, Some(77));
+    assert_eq!(hc.network_mode.as_deref(), Some("none"));
+    assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+    assert!(hc
+        .security_opt
+        .unwrap()
+        .contains(&"no-new-privileges".to_string()));
+    assert_eq!(hc.init, Some(true));
+    let labels = info.config.unwrap().labels.unwrap();
+    assert_eq!(labels.get("berth.session"), Some(&state.session_id));
+    assert_eq!(labels.get("berth.owned").map(String::as_str), Some("true"));
+    assert_eq!(labels.get("team").map(String::as_str), Some("agents"));
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unsupported_run_arguments_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path());
+    let options = DockerOptions::new(test_image()).run_args(vec!["--privileged".into()]);
+    let err = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Noop,
+            None,
+            BackendSpec::Docker(options),
+            SandboxOptions::default(),
+        )
+        .await
+        .err()
+        .expect("--privileged must be refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("--privileged") && msg.contains("supported"),
+        "{msg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_we_do_not_own_is_left_alone() {
+    let Some(docker) = docker_or_skip("a_container_we_do_not_own_is_left_alone").await else {
+        return;
+    };
+    let name = format!("berth-foreign-{}", std::process::id());
+    let body = bollard::models::ContainerCreateBody {
+        image: Some(test_image()),
+        cmd: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            "mkdir -p /workspace; sleep 3600".into(),
+        ]),
+        host_config: Some(bollard::models::HostConfig {
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    docker
+        .create_container(
+            Some(
+                bollard::query_parameters::CreateContainerOptionsBuilder::new()
+                    .name(&name)
+                    .build(),
+            ),
+            body,
+        )
+        .await
+        .unwrap();
+    docker
+        .start_container(
+            &name,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path());
+    let mut sb = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Local {
+                base_dir: dir.path().join("snaps"),
+            },
+            None,
+            BackendSpec::Docker(DockerOptions::new(test_image()).existing_container(&name)),
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    sh(&sb, "echo mine > f").await;
+    sb.close().await.unwrap();
+    let info = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await
+        .unwrap();
+    assert_eq!(
+        info.state.and_then(|s| s.running),
+        Some(true),
+        "shutdown touched a container we do not own"
+    );
+    docker
+        .remove_container(
+            &name,
+            Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path());
+    let t = Instant::now();
+    let options =
+        DockerOptions::new(test_image()).docker_host("unix:///nonexistent/berth-docker.sock");
+    let err = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Noop,
+            None,
+            BackendSpec::Docker(options),
+            SandboxOptions::default(),
+        )
+        .await
+        .err()
+        .expect("must fail");
+    assert!(t.elapsed() < Duration::from_secs(15));
+    let msg = err.to_string();
+    assert!(matches!(err, SandboxError::Backend(_)), "{msg}");
+    assert!(
+        msg.contains("cannot reach the Docker daemon") && msg.contains("dockerd"),
+        "{msg}"
+    );
+
+    // Resuming saved state against a dead daemon fails the same way; it
+    // never decides the container is gone.
+    let saved = serde_json::json!({
+        "type": "docker", "container_id": "0123abcd", "container_name": "berth-x", "image": test_image(),
+        "docker_host": "unix:///nonexistent/berth-docker.sock",
+        "session_id": "x", "manifest": {}, "snapshot": {"type": "noop", "id": "berth-x"},
+        "workspace_root_ready": true
+    });
+    let state = SandboxState::from_json(&saved.to_string()).unwrap();
+    let err = client
+        .resume(state, None, SandboxOptions::default())
+        .await
+        .err()
+        .expect("must fail");
+    assert!(
+        err.to_string().contains("cannot reach the Docker daemon"),
+        "{err}"
+    );
+}
