@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::plugin::{CompileCache, PluginHost};
 use berth::sandbox::{
@@ -176,8 +177,104 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     );
     resumed.shutdown().await?;
     println!("    object store holds: {}", list(&store)?.join(", "));
-    println!("\nDemo complete. (Docker backend: see `berth --help` once it is available.)");
+
+    docker_half(&client, &manifest).await?;
+    println!("\nDemo complete.");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The same story in a Docker container, when an engine answers.
+async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<()> {
+    let image = std::env::var("BERTH_DEMO_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
+    let probe = DockerOptions::new(image.clone()).into_state_for_probe();
+    let docker = match berth::backend::docker::connect(&probe).await {
+        Ok(d) => d,
+        Err(e) => {
+            println!("\n[docker] skipped: {e}");
+            return Ok(());
+        }
+    };
+    if docker.inspect_image(&image).await.is_err() {
+        println!(
+            "\n[docker] skipped: image {image} is not present (`cargo xtask setup` imports it)"
+        );
+        return Ok(());
+    }
+    step(
+        8,
+        &format!("The same on Docker ({image}): no network, no capabilities, no new privileges"),
+    );
+    let options = || SandboxOptions {
+        compression: true,
+        ..SandboxOptions::default()
+    };
+    let mut sandbox = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Remote {
+                plugin: manifest.to_path_buf(),
+            },
+            None,
+            BackendSpec::Docker(DockerOptions::new(image).memory(256 << 20)),
+            options(),
+        )
+        .await?;
+    sandbox.start().await?;
+    sh(
+        &sandbox,
+        "echo 'written inside a container' > note.txt && seq 1 20000 > n.txt",
+    )
+    .await?;
+    let before = sh(&sandbox, "sha256sum note.txt n.txt").await?;
+    print!(
+        "    {}",
+        before.replace('\n', "\n    ").trim_end_matches(' ')
+    );
+    sandbox.stop().await?;
+    let state = sandbox.state();
+    let id = match &state.backend {
+        BackendState::Docker(d) => d.container_id.clone().unwrap_or_default(),
+        BackendState::Local(_) => bail!("expected a Docker sandbox"),
+    };
+    println!(
+        "    stopped; snapshot {} in the object store",
+        state.snapshot.id
+    );
+
+    step(9, "Someone removes the container behind Berth's back");
+    docker
+        .remove_container(
+            &id,
+            Some(
+                bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+                    .force(true)
+                    .build(),
+            ),
+        )
+        .await?;
+    println!("    removed container {}", &id[..12.min(id.len())]);
+
+    step(
+        10,
+        "Resume: Berth re-creates the container and restores the workspace",
+    );
+    let t = Instant::now();
+    let mut resumed = client
+        .resume(SandboxState::from_json(&state.to_json())?, None, options())
+        .await?;
+    let branch = resumed.start().await?;
+    println!(
+        "    {branch:?} in {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let after = sh(&resumed, "sha256sum note.txt n.txt").await?;
+    if after != before {
+        bail!("the restored container workspace differs");
+    }
+    println!("    files byte-identical in the new container");
+    resumed.shutdown().await?;
+    println!("    container removed (Berth owned it)");
+    Ok(())
 }
 
 fn list(dir: &Path) -> anyhow::Result<Vec<String>> {

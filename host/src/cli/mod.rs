@@ -23,7 +23,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Create a sandbox (and start it, unless --no-start).
-    Create(sandboxes::CreateArgs),
+    Create(Box<sandboxes::CreateArgs>),
     /// Start a sandbox: reuse, rebuild or restore its workspace.
     Start {
         /// Sandbox name.
@@ -80,7 +80,7 @@ enum Command {
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Create(a) => sandboxes::create(a).await,
+        Command::Create(a) => sandboxes::create(*a).await,
         Command::Start { name } => sandboxes::start(&name).await,
         Command::Exec(a) => sandboxes::exec(a).await,
         Command::Stop { name } => sandboxes::stop(&name).await,

@@ -50,6 +50,11 @@ fn parse_size(s: &str) -> Result<u64, String> {
     parse_byte_size(s)
 }
 
+/// Parses a size argument such as `512MiB`.
+pub fn parse_size_arg(s: &str) -> Result<u64, String> {
+    parse_byte_size(s)
+}
+
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
     BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
@@ -119,9 +120,34 @@ pub struct CreateArgs {
     /// Compress snapshots with zstd.
     #[arg(long)]
     compress: bool,
+    /// Backend: local (not isolated) or docker.
+    #[arg(long, default_value = "local", value_parser = ["local", "docker"])]
+    backend: String,
     /// Host directory for the workspace (local backend).
     #[arg(long)]
     root_dir: Option<PathBuf>,
+    /// Image (docker backend; must exist locally).
+    #[arg(long)]
+    image: Option<String>,
+    /// Memory limit, e.g. 512MiB (docker backend).
+    #[arg(long, value_parser = crate::cli::plugin::parse_size_arg)]
+    memory: Option<u64>,
+    /// CPU limit, e.g. 1.5 (docker backend).
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Network mode (docker backend; default none).
+    #[arg(long)]
+    network: Option<String>,
+    /// Container port to publish on 127.0.0.1 (docker backend; repeatable).
+    #[arg(long = "expose")]
+    expose: Vec<String>,
+    /// Use this existing container; Berth will not remove it (docker backend).
+    #[arg(long)]
+    container: Option<String>,
+    /// A `docker run` argument from the supported subset (repeatable; use
+    /// --run-arg=--cap-add --run-arg=NET_ADMIN).
+    #[arg(long = "run-arg", allow_hyphen_values = true)]
+    run_args: Vec<String>,
     /// Create without starting.
     #[arg(long)]
     no_start: bool,
@@ -155,16 +181,47 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
         compression: args.compress,
         ..SandboxOptions::default()
     };
-    let root_dir = match args.root_dir {
-        Some(d) => Some(std::path::absolute(d)?),
-        None => None,
+    let backend = match args.backend.as_str() {
+        "docker" => {
+            let image = args
+                .image
+                .clone()
+                .context("--backend docker needs --image (an image present locally)")?;
+            let mut o = DockerOptions::new(image).run_args(args.run_args.clone());
+            if let Some(m) = args.memory {
+                o = o.memory(m as i64);
+            }
+            if let Some(c) = args.cpus {
+                o = o.cpus(c);
+            }
+            if let Some(n) = &args.network {
+                o = o.network(n.clone());
+            }
+            for p in &args.expose {
+                o = o.expose(p.clone());
+            }
+            if let Some(c) = &args.container {
+                o = o.existing_container(c.clone());
+            }
+            BackendSpec::Docker(o)
+        }
+        _ => {
+            if args.image.is_some() || args.container.is_some() || !args.run_args.is_empty() {
+                bail!("--image, --container and --run-arg need --backend docker");
+            }
+            let root_dir = match &args.root_dir {
+                Some(d) => Some(std::path::absolute(d)?),
+                None => None,
+            };
+            BackendSpec::Local { root_dir }
+        }
     };
     let mut sandbox = client
         .create(
             workspace,
             snapshot,
             args.snapshot_id.as_deref(),
-            BackendSpec::Local { root_dir },
+            backend,
             opts,
         )
         .await?;

@@ -432,6 +432,7 @@ impl Sandbox {
 
 /// Which backend a new sandbox runs on.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // built once per sandbox; boxing buys nothing
 pub enum BackendSpec {
     /// The local backend with the workspace at `root_dir` (default: under
     /// the client's home).

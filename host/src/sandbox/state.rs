@@ -49,6 +49,7 @@ pub struct SnapshotState {
 /// Backend-specific state, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // one per sandbox; boxing buys nothing
 pub enum BackendState {
     /// The local (unisolated) backend.
     Local(crate::backend::local::LocalState),
