@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
+    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec, StateSink,
 };
 use berth::workspace::WorkspaceSpec;
 use berth::SnapshotId;
@@ -68,9 +68,22 @@ fn save(home: &Path, saved: &Saved) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn options(saved: &Saved) -> SandboxOptions {
+/// Options for a CLI sandbox: the state file is rewritten (atomically)
+/// whenever the lifecycle says a crash must not lose the moment.
+fn options(home: &Path, name: &str, compression: bool) -> SandboxOptions {
+    let home = home.to_path_buf();
+    let name = name.to_string();
+    let sink = move |state: &SandboxState| {
+        let saved = Saved {
+            name: name.clone(),
+            compression,
+            state: state.clone(),
+        };
+        save(&home, &saved).map_err(|e| format!("{e:#}"))
+    };
     SandboxOptions {
-        compression: saved.compression,
+        compression,
+        state_sink: Some(StateSink(std::sync::Arc::new(sink))),
         ..SandboxOptions::default()
     }
 }
@@ -78,7 +91,11 @@ fn options(saved: &Saved) -> SandboxOptions {
 async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {
     let client = SandboxClient::new(home);
     Ok(client
-        .resume(saved.state.clone(), None, options(saved))
+        .resume(
+            saved.state.clone(),
+            None,
+            options(home, &saved.name, saved.compression),
+        )
         .await?)
 }
 
@@ -177,10 +194,7 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     };
     let snapshot = parse_snapshot(&args.snapshot, &home)?;
     let client = SandboxClient::new(&home);
-    let opts = SandboxOptions {
-        compression: args.compress,
-        ..SandboxOptions::default()
-    };
+    let opts = options(&home, &args.name, args.compress);
     let backend = match args.backend.as_str() {
         "docker" => {
             let image = args

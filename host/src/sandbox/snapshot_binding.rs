@@ -88,6 +88,7 @@ pub async fn bind(
         digest: previous.and_then(|p| p.digest.clone()),
         size: previous.and_then(|p| p.size),
         compression: previous.and_then(|p| p.compression.clone()),
+        persist_pending: previous.is_some_and(|p| p.persist_pending),
     };
     let snapshot: Arc<dyn SandboxSnapshot> = match spec {
         SnapshotSpec::Noop => {

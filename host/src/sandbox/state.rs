@@ -44,6 +44,11 @@ pub struct SnapshotState {
     /// `zstd` when the stored archive is compressed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<String>,
+    /// A stop began persisting and has not recorded its outcome: the store
+    /// may hold that (complete) newer archive, whose digest we never saw.
+    /// Set before persisting, cleared after; see `Sandbox::stop`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub persist_pending: bool,
 }
 
 /// Backend-specific state, tagged by `type`.
