@@ -99,7 +99,10 @@ impl From<StorageError> for SandboxError {
 /// Where the lifecycle saves state at the moments a crash must not lose
 /// (before and after persisting). Embedders write it to their state file.
 #[derive(Clone)]
-pub struct StateSink(pub Arc<dyn Fn(&SandboxState) -> Result<(), String> + Send + Sync>);
+pub struct StateSink(pub Arc<SaveState>);
+
+/// The function behind a [`StateSink`].
+pub type SaveState = dyn Fn(&SandboxState) -> Result<(), String> + Send + Sync;
 
 impl std::fmt::Debug for StateSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
