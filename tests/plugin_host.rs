@@ -147,9 +147,21 @@ async fn faulty(
 #[tokio::test(flavor = "multi_thread")]
 async fn every_fault_is_a_typed_error_within_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
-    let host = host_with_cache(dir.path());
+    let host = host_with_cache(&dir.path().join("cache"));
     let deadline = Duration::from_secs(2);
     let bound = deadline + Duration::from_secs(3);
+    // A snapshot stored before any fault; it must come through untouched.
+    let data_dir = dir.path().join("data");
+    std::fs::create_dir(&data_dir).unwrap();
+    let fs = host
+        .load(scratch_manifest("fs_store", World::RemoteClient, &data_dir))
+        .await
+        .unwrap()
+        .remote_client()
+        .unwrap();
+    fs.upload("precious", &mut PatternReader::new(77, 3 << 20))
+        .await
+        .unwrap();
 
     for (fault, check) in [
         ("trap", "trap"),
@@ -251,15 +263,32 @@ async fn every_fault_is_a_typed_error_within_the_deadline() {
         .exists("id")
         .await
         .unwrap());
-    let data_dir = dir.path().join("data");
-    std::fs::create_dir(&data_dir).unwrap();
-    let fs = host
-        .load(scratch_manifest("fs_store", World::RemoteClient, &data_dir))
-        .await
-        .unwrap()
-        .remote_client()
-        .unwrap();
     let mut data = PatternReader::new(2, 1 << 20);
     fs.upload("after-faults", &mut data).await.unwrap();
     assert!(fs.exists("after-faults").await.unwrap());
+
+    // A stream that stalls (the producer never sends) hits the deadline too,
+    // with the guest blocked inside a stream read.
+    let mut manifest = scratch_manifest("fs_store", World::RemoteClient, &data_dir);
+    manifest.grants.deadline = Duration::from_secs(1);
+    let slow = host.load(manifest).await.unwrap().remote_client().unwrap();
+    let (_keep_open, mut stalled) = tokio::io::duplex(64);
+    let started = Instant::now();
+    match slow.upload("stalled", &mut stalled).await {
+        Err(StoreError::Plugin(PluginError::DeadlineExceeded { .. })) => {}
+        other => panic!("stalled stream: {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert!(
+        !slow.exists("stalled").await.unwrap(),
+        "a stalled upload became visible"
+    );
+
+    // No fault damaged the snapshot stored before them.
+    let mut sink = berth::conformance::pattern::DigestWriter::default();
+    fs.download("precious", &mut sink).await.unwrap();
+    assert_eq!(
+        sink.finish(),
+        (PatternReader::digest_of(77, 3 << 20), 3 << 20)
+    );
 }

@@ -490,6 +490,14 @@ impl DockerBackend {
         };
         let (stdout, stdout_dropped) = stdout.finish();
         let (mut stderr, stderr_dropped) = stderr.finish();
+        if exit_code == 137 && !timed_out {
+            if let Some(limit) = self.state.memory_size_bytes {
+                stderr.push_str(&format!(
+                    "\nberth: the command was killed (SIGKILL, exit 137); with a memory limit of {limit} bytes \
+                     this is most likely the out-of-memory killer: raise the sandbox's memory limit"
+                ));
+            }
+        }
         if timed_out {
             stderr.push_str(&format!(
                 "\ncommand timed out after {:?} and was killed",
