@@ -149,3 +149,27 @@ fn sandbox_commands_as_a_new_user_would_use_them() {
     let (_, out, _) = berth(&["ls"]);
     assert!(!out.contains("agent1"));
 }
+
+#[test]
+fn quick_benchmark_runs_and_reports_ratios() {
+    let out_file = tempfile::NamedTempFile::new().unwrap();
+    let out = Command::new(berth_bin())
+        .current_dir(repo_root())
+        .args(["bench", "--quick", "--out"])
+        .arg(out_file.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_file.path()).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let has = |group: &str| rows.iter().any(|r| r["group"] == group);
+    for group in ["persist", "restore", "memory", "plugin"] {
+        assert!(has(group), "no {group} rows:\n{stdout}");
+    }
+    if berth_tests::docker_required() {
+        assert!(has("docker"), "no docker rows although Docker is required:\n{stdout}");
+    }
+    assert!(rows.iter().any(|r| r["what"] == "wasm fs-store" && r["ratio"].as_f64().is_some()));
+}

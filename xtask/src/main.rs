@@ -5,6 +5,7 @@
 //! - `demo`         build everything and run `berth demo`
 //! - `test`         setup, build guests, then the whole test suite
 //! - `lint`         rustfmt check and clippy with warnings denied
+//! - `bench`        side-by-side benchmarks (`--quick` for seconds)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +29,17 @@ fn main() -> Result<()> {
             test(&root, &args[1..])
         }
         Some("lint") => lint(&root),
+        Some("bench") => {
+            setup(&root)?;
+            build_guests(&root)?;
+            run(Command::new("cargo")
+                .current_dir(&root)
+                .args(["build", "--package", "berth"]))?;
+            run(Command::new(berth_binary(&root))
+                .current_dir(&root)
+                .arg("bench")
+                .args(&args[1..]))
+        }
         _ => {
             eprintln!(
                 "usage: cargo xtask <setup|build-guests|demo|test|lint>\n\
@@ -35,7 +47,8 @@ fn main() -> Result<()> {
                  \n  build-guests  build guest-examples/* into components\
                  \n  demo          build everything and run `berth demo`\
                  \n  test          setup + build-guests + the whole test suite\
-                 \n  lint          cargo fmt --check and clippy -D warnings"
+                 \n  lint          cargo fmt --check and clippy -D warnings\
+                 \n  bench         side-by-side benchmarks (--quick for a small run)"
             );
             bail!("no command given")
         }
@@ -242,6 +255,27 @@ fn build_guests(root: &Path) -> Result<()> {
         std::fs::create_dir_all(guests.join(dir).join("store"))?;
         eprintln!("xtask: built {dir} ({} bytes)", header.len());
     }
+    build_python_guest(&guests)
+}
+
+/// The componentize-py release the Python guest is built and tested with.
+const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+
+/// Builds `guest-examples/py-store` with componentize-py (installed from
+/// PyPI when missing).
+fn build_python_guest(guests: &Path) -> Result<()> {
+    let version_ok = output(Command::new("componentize-py").arg("--version"))
+        .map(|v| v.contains("0.25.1"))
+        .unwrap_or(false);
+    if !version_ok {
+        run(Command::new("python3").args(["-m", "pip", "install", "-q", COMPONENTIZE_PY]))?;
+    }
+    let out = guests.join("target/py_store.wasm");
+    run(Command::new("componentize-py")
+        .current_dir(guests.join("py-store"))
+        .args(["-d", "../../wit", "-w", "remote-client-plugin", "componentize", "app", "-o"])
+        .arg(&out))?;
+    eprintln!("xtask: built py-store ({} bytes)", std::fs::metadata(&out)?.len());
     Ok(())
 }
 

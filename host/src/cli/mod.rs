@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch.
 
+mod bench;
 mod demo;
 mod plugin;
 mod sandboxes;
@@ -75,6 +76,8 @@ enum Command {
     Plugin(plugin::PluginCommand),
     /// Tell the whole story: create, exec, stop, lose the workspace, resume.
     Demo,
+    /// Measure Berth side by side with GNU tar and the docker CLI.
+    Bench(bench::BenchArgs),
 }
 
 /// Runs the parsed command.
@@ -91,5 +94,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Hydrate { name, file } => sandboxes::hydrate(&name, &file).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
         Command::Demo => demo::run().await,
+        Command::Bench(a) => bench::run(a).await,
     }
 }

@@ -618,28 +618,28 @@ impl Backend for DockerBackend {
         let cmd = vec![
             "sh".to_string(),
             "-c".to_string(),
-            "echo $$ > \"$0\"; exec sh -c \"$1\"".to_string(),
+            // The exec's shell leads its own process group; its pid is the
+            // group to kill on timeout. It removes the pid file itself, so
+            // a normal exec costs no extra round trip.
+            "echo $$ > \"$0\"; sh -c \"$1\"; rc=$?; rm -f \"$0\"; exit $rc".to_string(),
             pidfile.clone(),
             request.command.clone(),
         ];
         let result = self.run_exec(cmd, &request, true).await;
         // On timeout, kill the command's whole process group inside the
-        // container (the exec's process leads its own group); either way,
-        // remove the pid file.
-        let cleanup = match &result {
-            Ok(r) if r.timed_out => {
-                format!("pg=$(cat '{pidfile}' 2>/dev/null) && kill -9 -$pg; rm -f '{pidfile}'")
+        // container (the exec's shell leads its own group).
+        if matches!(&result, Ok(r) if r.timed_out) {
+            let kill =
+                format!("pg=$(cat '{pidfile}' 2>/dev/null) && kill -9 -$pg; rm -f '{pidfile}'");
+            if let Err(e) = self
+                .helper(
+                    vec!["sh".into(), "-c".into(), kill],
+                    Duration::from_secs(10),
+                )
+                .await
+            {
+                tracing::warn!(error = %e, "killing a timed-out command failed");
             }
-            _ => format!("rm -f '{pidfile}'"),
-        };
-        if let Err(e) = self
-            .helper(
-                vec!["sh".into(), "-c".into(), cleanup],
-                Duration::from_secs(10),
-            )
-            .await
-        {
-            tracing::warn!(error = %e, "cleaning up after an exec failed");
         }
         result
     }

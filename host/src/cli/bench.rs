@@ -1,0 +1,686 @@
+//! `berth bench`: side-by-side measurements against what a user would use
+//! instead (GNU tar, the docker CLI), alternating A and B and reporting
+//! medians. Benchmarks, not timed tests: nothing here asserts a speed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use berth::backend::docker::DockerOptions;
+use berth::backend::ExecRequest;
+use berth::plugin::{CompileCache, PluginHost};
+use berth::sandbox::{
+    BackendSpec, BackendState, Sandbox, SandboxClient, SandboxOptions, SnapshotSpec,
+};
+use berth::workspace::WorkspaceSpec;
+use berth::RemoteSnapshotClient;
+use clap::Args;
+use serde_json::json;
+
+/// `berth bench` options.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Workspace size (default 1GiB; --quick uses 32MiB).
+    #[arg(long, value_parser = crate::cli::plugin::parse_size_arg)]
+    size: Option<u64>,
+    /// A small, fast run (seconds), for CI.
+    #[arg(long)]
+    quick: bool,
+    /// Repetitions per measurement (default 3; --quick 1).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "bench-results.json")]
+    out: PathBuf,
+    /// Internal: measure peak RSS of one persist+restore of this size.
+    #[arg(long, hide = true, value_parser = crate::cli::plugin::parse_size_arg)]
+    rss_probe: Option<u64>,
+}
+
+struct Row {
+    group: &'static str,
+    name: String,
+    value: String,
+    baseline: String,
+    ratio: Option<f64>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    if v.is_empty() {
+        0.0
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+fn mbps(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / secs.max(1e-9)
+}
+
+/// Deterministic content: half compressible text, half pseudo-random.
+fn fill(buf: &mut [u8], seed: u64) {
+    let mut s = seed | 1;
+    let half = buf.len() / 2;
+    for (i, b) in buf.iter_mut().enumerate() {
+        if i < half {
+            *b = b"berth workspace line of text\n"[i % 29];
+        } else {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            *b = s as u8;
+        }
+    }
+}
+
+/// ~20k small files of 1–64 KiB per GiB plus a few large files.
+fn make_workspace(dir: &Path, size: u64) -> anyhow::Result<u64> {
+    std::fs::create_dir_all(dir)?;
+    let small_budget = size * 6 / 10;
+    let mut written = 0u64;
+    let mut i = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    while written < small_budget {
+        let len = 1024 + (i * 7919 % (63 * 1024));
+        let sub = dir.join(format!("src/d{:03}", i % 200));
+        std::fs::create_dir_all(&sub)?;
+        fill(&mut buf[..len as usize], i);
+        std::fs::write(sub.join(format!("f{i}.txt")), &buf[..len as usize])?;
+        written += len;
+        i += 1;
+    }
+    let large = (size - written) / 3;
+    for n in 0..3 {
+        let mut f = std::fs::File::create(dir.join(format!("large{n}.bin")))?;
+        let mut left = large;
+        let mut chunk = vec![0u8; 1 << 20];
+        while left > 0 {
+            let take = left.min(chunk.len() as u64) as usize;
+            fill(&mut chunk[..take], n + left);
+            std::io::Write::write_all(&mut f, &chunk[..take])?;
+            left -= take as u64;
+        }
+        written += large;
+    }
+    Ok(written)
+}
+
+fn drop_dir(p: &Path) {
+    let _ = std::fs::remove_dir_all(p);
+}
+
+fn time_cmd(cmd: &mut Command) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let st = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+    if !st.success() {
+        bail!("{cmd:?} failed");
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+fn fs_store_manifest(base: &Path) -> anyhow::Result<Option<PathBuf>> {
+    let component = PathBuf::from("guest-examples/target/wasm32-wasip2/release/fs_store.wasm");
+    let dir_component =
+        PathBuf::from("guest-examples/target/wasm32-wasip2/release/dir_snapshot.wasm");
+    if !component.is_file() {
+        return Ok(None);
+    }
+    let store = base.join("store");
+    std::fs::create_dir_all(&store)?;
+    let m = base.join("fs-store.toml");
+    std::fs::write(
+        &m,
+        format!(
+            "name='fs-store'\ncomponent={:?}\nworld='remote-client-plugin'\n[config]\nroot='/data'\n[grants]\nmax_memory='64MiB'\ndeadline_secs=3600\n[[grants.dirs]]\nhost={store:?}\nguest='/data'\nmode='rw'\n",
+            std::path::absolute(&component)?
+        ),
+    )?;
+    let d = base.join("dir-snapshot.toml");
+    std::fs::write(
+        &d,
+        format!(
+            "name='dir-snapshot'\ncomponent={:?}\nworld='snapshot-plugin'\n[config]\ndir='/data'\n[grants]\nmax_memory='64MiB'\ndeadline_secs=3600\n[[grants.dirs]]\nhost={store:?}\nguest='/data'\nmode='rw'\n",
+            std::path::absolute(&dir_component)?
+        ),
+    )?;
+    Ok(Some(base.to_path_buf()))
+}
+
+/// Persist + restore of `src` through a local sandbox with `snapshot`.
+async fn berth_roundtrip(
+    client: &SandboxClient,
+    src: &Path,
+    snapshot: SnapshotSpec,
+) -> anyhow::Result<(f64, f64)> {
+    let mut sb = client
+        .create(
+            WorkspaceSpec::default(),
+            snapshot,
+            None,
+            BackendSpec::Local {
+                root_dir: Some(src.to_path_buf()),
+            },
+            SandboxOptions::default(),
+        )
+        .await?;
+    sb.start().await?;
+    let t = Instant::now();
+    sb.stop().await?;
+    let persist = t.elapsed().as_secs_f64();
+    let state = sb.state();
+    let restore_root = src.with_extension("restored");
+    drop_dir(&restore_root);
+    let mut state2 = state.clone();
+    if let BackendState::Local(l) = &mut state2.backend {
+        l.root_dir = restore_root.clone();
+        l.owned = true;
+    }
+    let mut rb = client
+        .resume(state2, None, SandboxOptions::default())
+        .await?;
+    let t = Instant::now();
+    rb.start().await?;
+    let restore = t.elapsed().as_secs_f64();
+    rb.shutdown().await?;
+    Ok((persist, restore))
+}
+
+fn rss_peak_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+async fn rss_probe(size: u64) -> anyhow::Result<ExitCode> {
+    let base = tempfile::Builder::new().prefix("berth-rss-").tempdir()?;
+    let src = base.path().join("ws");
+    make_workspace(&src, size)?;
+    let plugins =
+        fs_store_manifest(base.path())?.context("fs-store not built: cargo xtask build-guests")?;
+    let client = SandboxClient::new(base.path().join("home"));
+    berth_roundtrip(
+        &client,
+        &src,
+        SnapshotSpec::Remote {
+            plugin: plugins.join("fs-store.toml"),
+        },
+    )
+    .await?;
+    println!("{}", rss_peak_kib());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn sh(sb: &Sandbox, cmd: &str) -> anyhow::Result<()> {
+    let r = sb
+        .exec(ExecRequest::new(cmd, Duration::from_secs(120)))
+        .await?;
+    if r.exit_code != 0 {
+        bail!("{cmd}: {}", r.stderr);
+    }
+    Ok(())
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(size) = args.rss_probe {
+        return rss_probe(size).await;
+    }
+    let size = args
+        .size
+        .unwrap_or(if args.quick { 32 << 20 } else { 1 << 30 });
+    let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 });
+    let base = tempfile::Builder::new().prefix("berth-bench-").tempdir()?;
+    let src = base.path().join("ws");
+    let bytes = make_workspace(&src, size)?;
+    let mut rows: Vec<Row> = Vec::new();
+    let plugins = fs_store_manifest(base.path())?;
+    let client = SandboxClient::new(base.path().join("home"));
+    eprintln!(
+        "bench: workspace {} MiB, {runs} run(s) each, alternating",
+        bytes >> 20
+    );
+
+    // Persist and restore: GNU tar vs Berth's stores, alternating.
+    let mut series: Vec<(&str, Vec<f64>, Vec<f64>)> = vec![
+        ("GNU tar", vec![], vec![]),
+        ("native local", vec![], vec![]),
+    ];
+    if plugins.is_some() {
+        series.push(("wasm fs-store", vec![], vec![]));
+        series.push(("wasm dir-snapshot", vec![], vec![]));
+    }
+    for _ in 0..runs {
+        for s in series.iter_mut() {
+            let (p, r) = match s.0 {
+                "GNU tar" => {
+                    let tarball = base.path().join("gnu.tar");
+                    let p = time_cmd(
+                        Command::new("tar")
+                            .arg("-cf")
+                            .arg(&tarball)
+                            .arg("-C")
+                            .arg(&src)
+                            .arg("."),
+                    )?;
+                    let out = base.path().join("gnu-out");
+                    drop_dir(&out);
+                    std::fs::create_dir_all(&out)?;
+                    let r = time_cmd(
+                        Command::new("tar")
+                            .arg("-xf")
+                            .arg(&tarball)
+                            .arg("-C")
+                            .arg(&out),
+                    )?;
+                    drop_dir(&out);
+                    let _ = std::fs::remove_file(&tarball);
+                    (p, r)
+                }
+                "native local" => {
+                    berth_roundtrip(
+                        &client,
+                        &src,
+                        SnapshotSpec::Local {
+                            base_dir: base.path().join("snaps"),
+                        },
+                    )
+                    .await?
+                }
+                "wasm fs-store" => {
+                    let m = plugins
+                        .as_ref()
+                        .map(|p| p.join("fs-store.toml"))
+                        .unwrap_or_default();
+                    berth_roundtrip(&client, &src, SnapshotSpec::Remote { plugin: m }).await?
+                }
+                _ => {
+                    let m = plugins
+                        .as_ref()
+                        .map(|p| p.join("dir-snapshot.toml"))
+                        .unwrap_or_default();
+                    berth_roundtrip(&client, &src, SnapshotSpec::Plugin { plugin: m }).await?
+                }
+            };
+            s.1.push(p);
+            s.2.push(r);
+        }
+    }
+    let tar_p = median(series[0].1.clone());
+    let tar_r = median(series[0].2.clone());
+    for (name, p, r) in &series {
+        let (mp, mr) = (median(p.clone()), median(r.clone()));
+        rows.push(Row {
+            group: "persist",
+            name: name.to_string(),
+            value: format!("{:.0} MB/s ({:.2}s)", mbps(bytes, mp), mp),
+            baseline: format!("tar -cf {:.2}s", tar_p),
+            ratio: Some(mp / tar_p),
+        });
+        rows.push(Row {
+            group: "restore",
+            name: name.to_string(),
+            value: format!("{:.0} MB/s ({:.2}s)", mbps(bytes, mr), mr),
+            baseline: format!("tar -xf {:.2}s", tar_r),
+            ratio: Some(mr / tar_r),
+        });
+    }
+
+    // Peak RSS of a whole persist+restore through the fs-store plugin.
+    if plugins.is_some() {
+        let sizes: Vec<u64> = if args.quick {
+            vec![16 << 20, 64 << 20]
+        } else {
+            vec![1 << 30, 4 << 30]
+        };
+        for s in sizes {
+            let exe = std::env::current_exe()?;
+            let out = Command::new(exe)
+                .args(["bench", "--rss-probe", &s.to_string()])
+                .stderr(Stdio::null())
+                .output()?;
+            let kib: u64 = String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .unwrap_or(0);
+            rows.push(Row {
+                group: "memory",
+                name: format!("peak RSS, {} MiB workspace via fs-store", s >> 20),
+                value: format!("{:.1} MiB", kib as f64 / 1024.0),
+                baseline: "-".into(),
+                ratio: None,
+            });
+        }
+    }
+
+    // Plugins: cold load, cached load, instantiate + exists round trip.
+    if let Some(p) = &plugins {
+        let manifest = berth::plugin::PluginManifest::from_file(&p.join("fs-store.toml"))?;
+        let cold_host = PluginHost::with_cache(CompileCache::disabled())?;
+        let t = Instant::now();
+        cold_host.load(manifest.clone()).await?;
+        let cold = t.elapsed().as_secs_f64();
+        let cache = CompileCache::at(base.path().join("cc"));
+        PluginHost::with_cache(cache.clone())?
+            .load(manifest.clone())
+            .await?;
+        let mut cached = Vec::new();
+        for _ in 0..(if args.quick { 5 } else { 20 }) {
+            let t = Instant::now();
+            PluginHost::with_cache(cache.clone())?
+                .load(manifest.clone())
+                .await?;
+            cached.push(t.elapsed().as_secs_f64());
+        }
+        let plugin = PluginHost::with_cache(cache)?.load(manifest).await?;
+        let client = plugin.remote_client()?;
+        let mut calls = Vec::new();
+        for _ in 0..(if args.quick { 200 } else { 2000 }) {
+            let t = Instant::now();
+            client.exists("bench-probe").await?;
+            calls.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        rows.push(Row {
+            group: "plugin",
+            name: "fs-store (Rust) cold load, no cache".into(),
+            value: format!("{:.1} ms", cold * 1e3),
+            baseline: "-".into(),
+            ratio: None,
+        });
+        rows.push(Row {
+            group: "plugin",
+            name: "fs-store (Rust) load from compile cache".into(),
+            value: format!("{:.2} ms", median(cached) * 1e3),
+            baseline: "-".into(),
+            ratio: None,
+        });
+        rows.push(Row {
+            group: "plugin",
+            name: "fs-store instantiate + open + exists".into(),
+            value: format!(
+                "median {:.0} µs, p99 {:.0} µs",
+                median(calls.clone()),
+                percentile(calls, 0.99)
+            ),
+            baseline: "-".into(),
+            ratio: None,
+        });
+    }
+
+    // Docker: Berth over the API vs the docker CLI.
+    match docker_rows(&client, base.path(), runs, args.quick).await {
+        Ok(mut r) => rows.append(&mut r),
+        Err(e) => eprintln!("bench: Docker rows skipped: {e:#}"),
+    }
+    rows.push(Row {
+        group: "s3",
+        name: "s3-store vs boto3".into(),
+        value: "not measured: no s3-store plugin yet".into(),
+        baseline: "-".into(),
+        ratio: None,
+    });
+
+    println!(
+        "{:<9} {:<48} {:<32} {:<22} {}",
+        "GROUP", "WHAT", "BERTH", "BASELINE", "RATIO"
+    );
+    for r in &rows {
+        println!(
+            "{:<9} {:<48} {:<32} {:<22} {}",
+            r.group,
+            r.name,
+            r.value,
+            r.baseline,
+            r.ratio
+                .map(|x| format!("{x:.2}×"))
+                .unwrap_or_else(|| "-".into())
+        );
+    }
+    let json = json!({
+        "workspace_bytes": bytes,
+        "runs": runs,
+        "rows": rows.iter().map(|r| json!({"group": r.group, "what": r.name, "berth": r.value, "baseline": r.baseline, "ratio": r.ratio})).collect::<Vec<_>>(),
+    });
+    std::fs::write(&args.out, serde_json::to_string_pretty(&json)?)?;
+    eprintln!("bench: wrote {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn docker_rows(
+    client: &SandboxClient,
+    base: &Path,
+    runs: usize,
+    quick: bool,
+) -> anyhow::Result<Vec<Row>> {
+    let image = std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
+    let probe = DockerOptions::new(image.clone()).into_state_for_probe();
+    let docker = berth::backend::docker::connect(&probe).await?;
+    docker
+        .inspect_image(&image)
+        .await
+        .context("test image missing")?;
+    let mut rows = Vec::new();
+    let opts = || SandboxOptions::default();
+    let snaps = base.join("docker-snaps");
+
+    // create+start vs docker run -d
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for i in 0..runs.max(3) {
+        let t = Instant::now();
+        let mut sb = client
+            .create(
+                WorkspaceSpec::default(),
+                SnapshotSpec::Local {
+                    base_dir: snaps.clone(),
+                },
+                None,
+                BackendSpec::Docker(DockerOptions::new(image.clone())),
+                opts(),
+            )
+            .await?;
+        sb.start().await?;
+        ours.push(t.elapsed().as_secs_f64());
+        sb.shutdown().await?;
+        let name = format!("berth-bench-cli-{}-{i}", std::process::id());
+        theirs.push(time_cmd(Command::new("docker").args([
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--name",
+            &name,
+            &image,
+            "sleep",
+            "600",
+        ]))?);
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &name])
+            .stdout(Stdio::null())
+            .status();
+    }
+    let (o, t) = (median(ours), median(theirs));
+    rows.push(Row {
+        group: "docker",
+        name: "create + start (+ workspace setup)".into(),
+        value: format!("{:.0} ms", o * 1e3),
+        baseline: format!("docker run -d {:.0} ms", t * 1e3),
+        ratio: Some(o / t),
+    });
+
+    // exec round trip vs docker exec
+    let mut sb = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Local {
+                base_dir: snaps.clone(),
+            },
+            None,
+            BackendSpec::Docker(DockerOptions::new(image.clone())),
+            opts(),
+        )
+        .await?;
+    sb.start().await?;
+    let id = match &sb.state().backend {
+        BackendState::Docker(d) => d.container_id.clone().unwrap_or_default(),
+        BackendState::Local(_) => bail!("not docker"),
+    };
+    let n = if quick { 10 } else { 30 };
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        sb.exec(ExecRequest::new("true", Duration::from_secs(30)))
+            .await?;
+        ours.push(t.elapsed().as_secs_f64());
+        theirs.push(time_cmd(
+            Command::new("docker").args(["exec", &id, "true"]),
+        )?);
+    }
+    let (o, t) = (median(ours), median(theirs));
+    rows.push(Row {
+        group: "docker",
+        name: "exec `true` round trip".into(),
+        value: format!("{:.1} ms", o * 1e3),
+        baseline: format!("docker exec {:.1} ms", t * 1e3),
+        ratio: Some(o / t),
+    });
+
+    // persist / restore through the archive API vs docker cp
+    let data_mib = if quick { 16 } else { 256 };
+    sh(
+        &sb,
+        &format!(
+            "mkdir -p data && head -c {}m /dev/urandom > data/blob && seq 1 200000 > data/n",
+            data_mib
+        ),
+    )
+    .await?;
+    let (mut p_ours, mut p_cp, mut r_ours, mut r_cp) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..runs {
+        let t = Instant::now();
+        sb.stop().await?;
+        p_ours.push(t.elapsed().as_secs_f64());
+        let out = base.join(format!("cp-out-{i}"));
+        drop_dir(&out);
+        p_cp.push(time_cmd(
+            Command::new("docker")
+                .arg("cp")
+                .arg(format!("{id}:/workspace"))
+                .arg(&out),
+        )?);
+        // Restore into a brand-new container: Berth creates it and restores
+        // the snapshot; the CLI baseline is `docker run -d` + `docker cp` in.
+        let mut fresh = sb.state();
+        if let BackendState::Docker(d) = &mut fresh.backend {
+            d.container_id = None;
+            d.container_name = format!("{}-r{i}", d.container_name);
+        }
+        let t = Instant::now();
+        let mut rb = client.resume(fresh, None, opts()).await?;
+        rb.start().await?;
+        r_ours.push(t.elapsed().as_secs_f64());
+        rb.shutdown().await?;
+        let target = format!("berth-bench-cp-{}-{i}", std::process::id());
+        let t = Instant::now();
+        let started = Command::new("docker")
+            .args([
+                "run",
+                "-d",
+                "--network",
+                "none",
+                "--name",
+                &target,
+                &image,
+                "sleep",
+                "600",
+            ])
+            .stdout(Stdio::null())
+            .status()?;
+        if !started.success() {
+            bail!("docker run failed");
+        }
+        time_cmd(
+            Command::new("docker")
+                .arg("cp")
+                .arg(&out)
+                .arg(format!("{target}:/workspace")),
+        )?;
+        r_cp.push(t.elapsed().as_secs_f64());
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &target])
+            .stdout(Stdio::null())
+            .status();
+        drop_dir(&out);
+    }
+    let (po, pc, ro, rc) = (median(p_ours), median(p_cp), median(r_ours), median(r_cp));
+    rows.push(Row {
+        group: "docker",
+        name: format!("persist {data_mib} MiB (archive API → local snapshot)"),
+        value: format!("{:.2}s", po),
+        baseline: format!("docker cp out {:.2}s", pc),
+        ratio: Some(po / pc),
+    });
+    rows.push(Row {
+        group: "docker",
+        name: format!("restore {data_mib} MiB into a new container"),
+        value: format!("{:.2}s", ro),
+        baseline: format!("run -d + cp in {:.2}s", rc),
+        ratio: Some(ro / rc),
+    });
+
+    // Resume: running, stopped behind our back, removed behind our back.
+    let state = sb.state();
+    let mut running = Vec::new();
+    let mut stopped = Vec::new();
+    for _ in 0..runs.max(3) {
+        let t = Instant::now();
+        let mut rb = client.resume(state.clone(), None, opts()).await?;
+        rb.attach().await?;
+        running.push(t.elapsed().as_secs_f64());
+        let _ = Command::new("docker")
+            .args(["stop", "-t", "0", &id])
+            .stdout(Stdio::null())
+            .status();
+        let t = Instant::now();
+        let mut rb = client.resume(state.clone(), None, opts()).await?;
+        rb.attach().await?;
+        stopped.push(t.elapsed().as_secs_f64());
+    }
+    rows.push(Row {
+        group: "docker",
+        name: "resume a running container".into(),
+        value: format!("{:.0} ms", median(running) * 1e3),
+        baseline: "-".into(),
+        ratio: None,
+    });
+    rows.push(Row {
+        group: "docker",
+        name: "resume a stopped container".into(),
+        value: format!("{:.0} ms", median(stopped) * 1e3),
+        baseline: "-".into(),
+        ratio: None,
+    });
+    rows.push(Row {
+        group: "docker",
+        name: format!("resume a removed container ({data_mib} MiB restored)"),
+        value: format!("{:.0} ms", ro * 1e3),
+        baseline: "-".into(),
+        ratio: None,
+    });
+    sb.shutdown().await?;
+    Ok(rows)
+}
