@@ -160,7 +160,11 @@ fn quick_benchmark_runs_and_reports_ratios() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_file.path()).unwrap()).unwrap();
     let rows = report["rows"].as_array().unwrap();
@@ -169,7 +173,12 @@ fn quick_benchmark_runs_and_reports_ratios() {
         assert!(has(group), "no {group} rows:\n{stdout}");
     }
     if berth_tests::docker_required() {
-        assert!(has("docker"), "no docker rows although Docker is required:\n{stdout}");
+        assert!(
+            has("docker"),
+            "no docker rows although Docker is required:\n{stdout}"
+        );
     }
-    assert!(rows.iter().any(|r| r["what"] == "wasm fs-store" && r["ratio"].as_f64().is_some()));
+    assert!(rows
+        .iter()
+        .any(|r| r["what"] == "wasm fs-store" && r["ratio"].as_f64().is_some()));
 }

@@ -196,12 +196,19 @@ async fn broken_plugin_fails_the_clauses_it_breaks() {
 #[tokio::test(flavor = "multi_thread")]
 async fn wasm_python_store_conforms() {
     let component = berth_tests::repo_root().join("guest-examples/target/py_store.wasm");
-    assert!(component.is_file(), "py-store is not built: run `cargo xtask build-guests`");
+    assert!(
+        component.is_file(),
+        "py-store is not built: run `cargo xtask build-guests`"
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("data")).unwrap();
     let host = host_with_cache(&dir.path().join("cache"));
     let manifest = berth::plugin::PluginManifest::for_component(&component, World::RemoteClient)
-        .with_dir(dir.path().join("data"), "/data", berth::plugin::DirMode::ReadWrite)
+        .with_dir(
+            dir.path().join("data"),
+            "/data",
+            berth::plugin::DirMode::ReadWrite,
+        )
         .with_config("root", "/data");
     let plugin = host.load(manifest).await.unwrap();
     let client = plugin.remote_client().unwrap();

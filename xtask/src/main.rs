@@ -273,9 +273,20 @@ fn build_python_guest(guests: &Path) -> Result<()> {
     let out = guests.join("target/py_store.wasm");
     run(Command::new("componentize-py")
         .current_dir(guests.join("py-store"))
-        .args(["-d", "../../wit", "-w", "remote-client-plugin", "componentize", "app", "-o"])
+        .args([
+            "-d",
+            "../../wit",
+            "-w",
+            "remote-client-plugin",
+            "componentize",
+            "app",
+            "-o",
+        ])
         .arg(&out))?;
-    eprintln!("xtask: built py-store ({} bytes)", std::fs::metadata(&out)?.len());
+    eprintln!(
+        "xtask: built py-store ({} bytes)",
+        std::fs::metadata(&out)?.len()
+    );
     Ok(())
 }
 

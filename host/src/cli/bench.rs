@@ -435,8 +435,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     });
 
     println!(
-        "{:<9} {:<48} {:<32} {:<22} {}",
-        "GROUP", "WHAT", "BERTH", "BASELINE", "RATIO"
+        "{:<9} {:<48} {:<32} {:<22} RATIO",
+        "GROUP", "WHAT", "BERTH", "BASELINE"
     );
     for r in &rows {
         println!(
