@@ -7,30 +7,14 @@ use std::time::{Duration, Instant};
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, BackendState, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState,
-    SnapshotSpec, StartBranch,
+    BackendSpec, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
+    StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
-use berth_tests::{docker_or_skip, test_image};
+use berth_tests::{container_id, docker_or_skip, sh, test_image};
 use bollard::query_parameters::{
     InspectContainerOptions, RemoveContainerOptionsBuilder, StopContainerOptions,
 };
-
-async fn sh(sb: &Sandbox, cmd: &str) -> String {
-    let r = sb
-        .exec(ExecRequest::new(cmd, Duration::from_secs(60)))
-        .await
-        .unwrap();
-    assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr);
-    r.stdout
-}
-
-fn container_id(state: &SandboxState) -> String {
-    match &state.backend {
-        BackendState::Docker(d) => d.container_id.clone().expect("container id"),
-        other => panic!("not a docker sandbox: {other:?}"),
-    }
-}
 
 fn workspace() -> WorkspaceSpec {
     serde_json::from_value(serde_json::json!({

@@ -7,29 +7,12 @@ use std::time::{Duration, Instant};
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, BackendState, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
-    StartBranch,
+    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec, StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
-use berth_tests::{docker_or_skip, test_image};
+use berth_tests::{container_id, docker_or_skip, sh, test_image};
 use bollard::query_parameters::{KillContainerOptions, RemoveContainerOptionsBuilder};
 use futures::future::join_all;
-
-async fn sh(sb: &Sandbox, cmd: &str) -> String {
-    let r = sb
-        .exec(ExecRequest::new(cmd, Duration::from_secs(60)))
-        .await
-        .unwrap();
-    assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr);
-    r.stdout
-}
-
-fn container_id(state: &SandboxState) -> String {
-    match &state.backend {
-        BackendState::Docker(d) => d.container_id.clone().expect("container id"),
-        other => panic!("not a docker sandbox: {other:?}"),
-    }
-}
 
 async fn new_sandbox(
     client: &SandboxClient,

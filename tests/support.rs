@@ -92,3 +92,123 @@ pub async fn docker_or_skip(test: &str) -> Option<bollard::Docker> {
         }
     }
 }
+
+/// How to reach the test S3 store (Garage), from the environment or from
+/// the `s3.env` file `cargo xtask setup` writes.
+#[derive(Debug, Clone)]
+pub struct S3Env {
+    /// `http://127.0.0.1:3900`.
+    pub endpoint: String,
+    /// Region.
+    pub region: String,
+    /// Bucket.
+    pub bucket: String,
+    /// Access key id.
+    pub key_id: String,
+    /// Secret key.
+    pub secret: String,
+    /// Garage node pids (for fault tests).
+    pub pids: Vec<u32>,
+    /// Garage binary and cluster directory.
+    pub garage_bin: String,
+    /// Cluster directory.
+    pub garage_dir: String,
+}
+
+/// The S3 environment, or `None` (with a message) when it is not set up and
+/// not required. Panics when it is required (CI / BERTH_REQUIRE_DOCKER).
+pub fn s3_or_skip(test: &str) -> Option<S3Env> {
+    let mut vars = std::collections::HashMap::new();
+    if let Ok(text) = std::fs::read_to_string("/tmp/berth-garage/s3.env") {
+        for line in text.lines() {
+            if let Some((k, v)) = line.split_once('=') {
+                vars.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    let get = |k: &str| std::env::var(k).ok().or_else(|| vars.get(k).cloned());
+    let env = (|| {
+        Some(S3Env {
+            endpoint: get("BERTH_S3_ENDPOINT")?,
+            region: get("BERTH_S3_REGION")?,
+            bucket: get("BERTH_S3_BUCKET")?,
+            key_id: get("BERTH_S3_ACCESS_KEY_ID")?,
+            secret: get("BERTH_S3_SECRET_ACCESS_KEY")?,
+            pids: get("BERTH_GARAGE_PIDS")
+                .unwrap_or_default()
+                .split(',')
+                .filter_map(|p| p.parse().ok())
+                .collect(),
+            garage_bin: get("BERTH_GARAGE_BIN").unwrap_or_else(|| "garage".into()),
+            garage_dir: get("BERTH_GARAGE_DIR").unwrap_or_else(|| "/tmp/berth-garage".into()),
+        })
+    })();
+    let reachable = env.as_ref().is_some_and(|e| {
+        let addr = e.endpoint.trim_start_matches("http://").to_string();
+        std::net::TcpStream::connect(addr).is_ok()
+    });
+    match (env, reachable) {
+        (Some(e), true) => Some(e),
+        _ if docker_required() => panic!(
+            "{test}: the S3 store (Garage) is required but not reachable; run `cargo xtask setup`"
+        ),
+        _ => {
+            eprintln!(
+                "SKIPPED {test}: no S3 store; run `cargo xtask setup` (installs and starts Garage)"
+            );
+            None
+        }
+    }
+}
+
+/// Writes an s3-store plugin manifest into `dir` (credentials through
+/// `${ENV}` expansion, only the endpoint's origin granted) and exports the
+/// credentials for it. Returns the manifest path.
+pub fn s3_manifest(dir: &Path, s3: &S3Env, prefix: &str) -> PathBuf {
+    // SAFETY of the test harness: every test sets the same values.
+    std::env::set_var("BERTH_S3_ACCESS_KEY_ID", &s3.key_id);
+    std::env::set_var("BERTH_S3_SECRET_ACCESS_KEY", &s3.secret);
+    let component = repo_root().join("guest-examples/target/wasm32-wasip2/release/s3_store.wasm");
+    assert!(
+        component.is_file(),
+        "s3-store is not built: run `cargo xtask build-guests`"
+    );
+    let manifest = dir.join("s3-store.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "name = \"s3-store\"\ncomponent = {component:?}\nworld = \"remote-client-plugin\"\n\
+             [config]\nendpoint = {endpoint:?}\nregion = {region:?}\nbucket = {bucket:?}\nprefix = {prefix:?}\n\
+             access_key_id = \"${{BERTH_S3_ACCESS_KEY_ID}}\"\nsecret_access_key = \"${{BERTH_S3_SECRET_ACCESS_KEY}}\"\n\
+             part_size = \"8388608\"\n\
+             [grants]\nmax_memory = \"64MiB\"\ndeadline_secs = 600\nwall_clock = true\nhttp_hosts = [{endpoint:?}]\n",
+            endpoint = s3.endpoint,
+            region = s3.region,
+            bucket = s3.bucket,
+        ),
+    )
+    .unwrap();
+    manifest
+}
+
+/// Runs `cmd` in the sandbox and returns its stdout; panics unless it
+/// exits 0.
+pub async fn sh(sb: &berth::sandbox::Sandbox, cmd: &str) -> String {
+    let r = sb
+        .exec(berth::backend::ExecRequest::new(
+            cmd,
+            std::time::Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr);
+    r.stdout
+}
+
+/// The container id of a Docker sandbox's state.
+pub fn container_id(state: &berth::sandbox::SandboxState) -> String {
+    match &state.backend {
+        berth::sandbox::BackendState::Docker(d) => d.container_id.clone().expect("container id"),
+        other => panic!("not a docker sandbox: {other:?}"),
+    }
+}

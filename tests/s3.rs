@@ -1,0 +1,283 @@
+//! The s3-store plugin on a real 3-node Garage cluster (replication 3):
+//! conformance, a node killed mid-way, a sandbox resumed "on another host",
+//! and objects read back by a stock S3 client (boto3).
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth::backend::ExecRequest;
+use berth::conformance::pattern::{DigestWriter, PatternReader};
+use berth::conformance::{check_remote_client, ConformanceOptions};
+use berth::plugin::PluginHost;
+use berth::sandbox::{BackendSpec, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec};
+use berth::workspace::WorkspaceSpec;
+use berth::RemoteSnapshotClient;
+use berth_tests::{host_with_cache, s3_manifest, s3_or_skip};
+
+fn unique(tag: &str) -> String {
+    format!(
+        "{tag}-{}-{}/",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    )
+}
+
+async fn client(
+    host: &PluginHost,
+    dir: &std::path::Path,
+    s3: &berth_tests::S3Env,
+    prefix: &str,
+) -> berth::plugin::WasmRemoteClient {
+    let manifest = s3_manifest(dir, s3, prefix);
+    host.load_file(&manifest)
+        .await
+        .unwrap()
+        .remote_client()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_store_conforms_on_garage() {
+    let Some(s3) = s3_or_skip("s3_store_conforms_on_garage") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let host = host_with_cache(&dir.path().join("cache"));
+    let c = client(&host, dir.path(), &s3, &unique("conf")).await;
+    let large = std::env::var("BERTH_S3_LARGE")
+        .ok()
+        .and_then(|s| berth::plugin::manifest::parse_byte_size(&s).ok())
+        .unwrap_or(256 << 20);
+    let opts = ConformanceOptions {
+        large_size: large,
+        concurrency: 4,
+        ..ConformanceOptions::default()
+    };
+    let report = check_remote_client("s3-store on Garage", &c, &opts).await;
+    println!("{}", report.table());
+    assert!(
+        report.passed(),
+        "failed clauses: {:?}",
+        report.failed_clauses()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_killed_mid_upload_keeps_the_previous_snapshot() {
+    let Some(s3) = s3_or_skip("a_node_killed_mid_upload_keeps_the_previous_snapshot") else {
+        return;
+    };
+    let victim = *s3.pids.last().expect("garage pids in s3.env");
+    let dir = tempfile::tempdir().unwrap();
+    let host = host_with_cache(&dir.path().join("cache"));
+    let c = Arc::new(client(&host, dir.path(), &s3, &unique("kill")).await);
+    c.upload("snap", &mut PatternReader::new(1, 12 << 20))
+        .await
+        .unwrap();
+
+    let uploader = {
+        let c = c.clone();
+        tokio::spawn(async move { c.upload("snap", &mut PatternReader::new(2, 96 << 20)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill_node(victim);
+    let outcome = uploader.await.unwrap();
+    let expected = match &outcome {
+        Ok(()) => (2u64, 96u64 << 20),
+        Err(e) => {
+            println!("upload with a node down failed clearly: {e}");
+            (1, 12 << 20)
+        }
+    };
+    let mut sink = DigestWriter::default();
+    c.download("snap", &mut sink).await.unwrap();
+    assert_eq!(
+        sink.finish(),
+        (PatternReader::digest_of(expected.0, expected.1), expected.1)
+    );
+    println!(
+        "with node {victim} killed: upload {}",
+        if outcome.is_ok() {
+            "succeeded on quorum"
+        } else {
+            "failed; previous intact"
+        }
+    );
+    restart_node(&s3, 2);
+}
+
+/// SIGKILLs a Garage node.
+fn kill_node(pid: u32) {
+    let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+}
+
+/// Starts node `n` again so later tests have the full cluster. The node is
+/// a daemon (own session) meant to outlive this test process.
+#[allow(clippy::zombie_processes)]
+fn restart_node(s3: &berth_tests::S3Env, n: usize) {
+    let config = format!("{}/n{n}/garage.toml", s3.garage_dir);
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(format!("{}/n{n}/garage.log", s3.garage_dir))
+        .unwrap();
+    let child = Command::new("setsid")
+        .arg(&s3.garage_bin)
+        .arg("-c")
+        .arg(&config)
+        .arg("server")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    // Record the new pid for the next run's fault test.
+    let env_path = format!("{}/s3.env", s3.garage_dir);
+    if let Ok(text) = std::fs::read_to_string(&env_path) {
+        let mut pids = s3.pids.clone();
+        if let Some(p) = pids.get_mut(n) {
+            *p = child.id();
+        }
+        let joined = pids
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let text: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("BERTH_GARAGE_PIDS=") {
+                    format!("BERTH_GARAGE_PIDS={joined}\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        let _ = std::fs::write(&env_path, text);
+    }
+    let port = 3900 + 10 * n as u16;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory() {
+    let Some(s3) = s3_or_skip("a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = s3_manifest(dir.path(), &s3, &unique("sandbox"));
+    let host_a = SandboxClient::new(dir.path().join("host-a"));
+    let mut sb = host_a
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Remote { plugin: manifest },
+            None,
+            BackendSpec::Local { root_dir: None },
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    let run = |cmd: &'static str| ExecRequest::new(cmd, Duration::from_secs(60));
+    sb.exec(run(
+        "mkdir -p src && seq 1 300000 > src/n && head -c 3000000 /dev/urandom > r.bin",
+    ))
+    .await
+    .unwrap();
+    let before = sb
+        .exec(run("find . -type f | sort | xargs sha256sum"))
+        .await
+        .unwrap()
+        .stdout;
+    sb.stop().await.unwrap();
+    let json = sb.state().to_json();
+    sb.shutdown().await.unwrap();
+
+    // "Another host": a different home, nothing but the state JSON.
+    let host_b = SandboxClient::new(dir.path().join("host-b"));
+    let mut sb = host_b
+        .resume(
+            SandboxState::from_json(&json).unwrap(),
+            None,
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    let after = sb
+        .exec(run("find . -type f | sort | xargs sha256sum"))
+        .await
+        .unwrap()
+        .stdout;
+    assert_eq!(after, before);
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn boto3_reads_what_the_plugin_wrote_as_a_valid_tar() {
+    let Some(s3) = s3_or_skip("boto3_reads_what_the_plugin_wrote_as_a_valid_tar") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique("boto3");
+    let manifest = s3_manifest(dir.path(), &s3, &prefix);
+    let client = SandboxClient::new(dir.path().join("home"));
+    let mut sb = client
+        .create(
+            WorkspaceSpec::default(),
+            SnapshotSpec::Remote { plugin: manifest },
+            Some("boto3-check"),
+            BackendSpec::Local { root_dir: None },
+            SandboxOptions::default(),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    sb.exec(ExecRequest::new(
+        "echo one > a.txt && mkdir d && echo two > d/b.txt",
+        Duration::from_secs(30),
+    ))
+    .await
+    .unwrap();
+    sb.stop().await.unwrap();
+    let script = format!(
+        r#"
+import boto3, io, tarfile
+s3 = boto3.client("s3", endpoint_url="{endpoint}", region_name="{region}",
+                  aws_access_key_id="{key}", aws_secret_access_key="{secret}")
+body = s3.get_object(Bucket="{bucket}", Key="{prefix}boto3-check.tar")["Body"].read()
+names = sorted(m.name for m in tarfile.open(fileobj=io.BytesIO(body)).getmembers())
+print(",".join(names))
+"#,
+        endpoint = s3.endpoint,
+        region = s3.region,
+        key = s3.key_id,
+        secret = s3.secret,
+        bucket = s3.bucket,
+    );
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "boto3 failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        names.contains("a.txt") && names.contains("d/b.txt"),
+        "{names}"
+    );
+    sb.shutdown().await.unwrap();
+}
