@@ -9,7 +9,8 @@ use anyhow::{bail, Context};
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec, StateSink,
+    BackendSpec, Progress, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
+    StateSink,
 };
 use berth::workspace::WorkspaceSpec;
 use berth::SnapshotId;
@@ -84,8 +85,28 @@ fn options(home: &Path, name: &str, compression: bool) -> SandboxOptions {
     SandboxOptions {
         compression,
         state_sink: Some(StateSink(std::sync::Arc::new(sink))),
+        progress: progress_bar(),
         ..SandboxOptions::default()
     }
+}
+
+/// A bytes-and-rate progress bar on stderr, when it is a terminal.
+fn progress_bar() -> Option<Progress> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} {bytes} ({bytes_per_sec})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    let bar = std::sync::Arc::new(bar);
+    Some(Progress(std::sync::Arc::new(move |operation, bytes| {
+        bar.set_message(operation);
+        bar.set_position(bytes);
+        bar.tick();
+    })))
 }
 
 async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {

@@ -110,9 +110,25 @@ impl std::fmt::Debug for StateSink {
     }
 }
 
+/// Told how many bytes a persist (`"persist"`) or restore (`"restore"`)
+/// has moved so far, e.g. to draw a progress bar.
+#[derive(Clone)]
+pub struct Progress(pub Arc<ProgressFn>);
+
+/// The function behind a [`Progress`].
+pub type ProgressFn = dyn Fn(&'static str, u64) + Send + Sync;
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
 /// Tunables of a sandbox.
 #[derive(Debug, Clone)]
 pub struct SandboxOptions {
+    /// Byte counts during persist and restore.
+    pub progress: Option<Progress>,
     /// Called with the state before and after each persist.
     pub state_sink: Option<StateSink>,
     /// Deadline for one persist or restore.
@@ -128,6 +144,7 @@ pub struct SandboxOptions {
 impl Default for SandboxOptions {
     fn default() -> Self {
         SandboxOptions {
+            progress: None,
             state_sink: None,
             archive_deadline: Duration::from_secs(3600),
             limits: ArchiveLimits::default(),
@@ -349,7 +366,8 @@ impl Sandbox {
                         what: "creating the spool file",
                         source: e,
                     })?;
-            let mut writer = sealing::HashingWriter::new(file);
+            let mut writer = sealing::HashingWriter::new(file)
+                .with_progress(self.options.progress.clone(), "restore");
             self.snapshot.restore(&mut writer).await?;
             Ok::<_, SandboxError>(writer.seal())
         })
@@ -441,7 +459,8 @@ impl Sandbox {
         } else {
             tar
         };
-        let (mut sealed, seal) = sealing::HashingReader::new(stored);
+        let (sealed, seal) = sealing::HashingReader::new(stored);
+        let mut sealed = sealed.with_progress(self.options.progress.clone(), "persist");
         self.snapshot.persist(&mut sealed).await?;
         let seal = seal.lock().ok().and_then(|s| s.clone()).ok_or_else(|| {
             SandboxError::State("the snapshot did not read the archive to its end".into())

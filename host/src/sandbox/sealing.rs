@@ -33,6 +33,7 @@ pub struct HashingReader<R> {
     hasher: Sha256,
     size: u64,
     out: Arc<Mutex<Option<Seal>>>,
+    progress: Option<(super::Progress, &'static str)>,
 }
 
 impl<R> HashingReader<R> {
@@ -45,9 +46,20 @@ impl<R> HashingReader<R> {
                 hasher: Sha256::new(),
                 size: 0,
                 out: out.clone(),
+                progress: None,
             },
             out,
         )
+    }
+
+    /// Reports the byte count to `progress` as the stream moves.
+    pub fn with_progress(
+        mut self,
+        progress: Option<super::Progress>,
+        operation: &'static str,
+    ) -> Self {
+        self.progress = progress.map(|p| (p, operation));
+        self
     }
 }
 
@@ -73,6 +85,9 @@ impl<R: AsyncRead + Unpin> AsyncRead for HashingReader<R> {
                 } else {
                     me.hasher.update(fresh);
                     me.size += fresh.len() as u64;
+                    if let Some((p, op)) = &me.progress {
+                        (p.0)(op, me.size);
+                    }
                 }
                 Poll::Ready(Ok(()))
             }
@@ -86,6 +101,7 @@ pub struct HashingWriter<W> {
     inner: W,
     hasher: Sha256,
     size: u64,
+    progress: Option<(super::Progress, &'static str)>,
 }
 
 impl<W> HashingWriter<W> {
@@ -95,7 +111,18 @@ impl<W> HashingWriter<W> {
             inner,
             hasher: Sha256::new(),
             size: 0,
+            progress: None,
         }
+    }
+
+    /// Reports the byte count to `progress` as the stream moves.
+    pub fn with_progress(
+        mut self,
+        progress: Option<super::Progress>,
+        operation: &'static str,
+    ) -> Self {
+        self.progress = progress.map(|p| (p, operation));
+        self
     }
 
     /// The seal of everything written.
@@ -118,6 +145,9 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for HashingWriter<W> {
             Poll::Ready(Ok(n)) => {
                 me.hasher.update(&buf[..n]);
                 me.size += n as u64;
+                if let Some((p, op)) = &me.progress {
+                    (p.0)(op, me.size);
+                }
                 Poll::Ready(Ok(n))
             }
             other => other,
