@@ -253,6 +253,21 @@ fn op(operation: &'static str, e: impl std::fmt::Display) -> BackendError {
     }
 }
 
+/// An API failure: the daemon's own answer is an operation error; anything
+/// else (connection refused, socket gone, timeout) means the daemon is not
+/// reachable, which never counts as "container gone".
+fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { .. } => op(operation, e),
+        other => BackendError::Unreachable {
+            backend: BACKEND,
+            message: format!(
+                "{operation}: cannot reach the Docker daemon ({other}); is dockerd running? Retry once it is back"
+            ),
+        },
+    }
+}
+
 /// The keep-alive process: sleeps until stopped, under the API's init.
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
 
@@ -376,7 +391,7 @@ impl DockerBackend {
                     ),
                 }
             } else {
-                op("inspecting the image", e)
+                api("inspecting the image", e)
             });
         }
         let options = CreateContainerOptionsBuilder::new()
@@ -386,7 +401,7 @@ impl DockerBackend {
             .docker
             .create_container(Some(options), body)
             .await
-            .map_err(|e| op("creating the container", e))?;
+            .map_err(|e| api("creating the container", e))?;
         tracing::info!(container = %created.id, name = %self.state.container_name, "container created");
         self.state.container_id = Some(created.id);
         self.docker
@@ -395,7 +410,7 @@ impl DockerBackend {
                 None::<bollard::query_parameters::StartContainerOptions>,
             )
             .await
-            .map_err(|e| op("starting the container", e))
+            .map_err(|e| api("starting the container", e))
     }
 
     /// Runs a short helper command (no timeout semantics beyond `limit`).
@@ -434,12 +449,12 @@ impl DockerBackend {
                 },
             )
             .await
-            .map_err(|e| op("creating the exec", e))?;
+            .map_err(|e| api("creating the exec", e))?;
         let output = match self
             .docker
             .start_exec(&exec.id, None)
             .await
-            .map_err(|e| op("starting the exec", e))?
+            .map_err(|e| api("starting the exec", e))?
         {
             StartExecResults::Attached { output, .. } => output,
             StartExecResults::Detached => {
@@ -466,7 +481,7 @@ impl DockerBackend {
                         stderr.push(&message);
                     }
                     Ok(LogOutput::StdIn { .. }) => {}
-                    Err(e) => return Err(op("reading the exec output", e)),
+                    Err(e) => return Err(api("reading the exec output", e)),
                 }
             }
             Ok(())
@@ -485,7 +500,7 @@ impl DockerBackend {
                 .docker
                 .inspect_exec(&exec.id)
                 .await
-                .map_err(|e| op("inspecting the exec", e))?;
+                .map_err(|e| api("inspecting the exec", e))?;
             inspect.exit_code.unwrap_or(-1) as i32
         };
         let (stdout, stdout_dropped) = stdout.finish();
@@ -546,7 +561,7 @@ impl Backend for DockerBackend {
                     break;
                 }
                 Err(e) if is_not_found(&e) => continue,
-                Err(e) => return Err(op("inspecting the container", e)),
+                Err(e) => return Err(api("inspecting the container", e)),
             }
         }
         let Some(info) = found else {
@@ -564,7 +579,7 @@ impl Backend for DockerBackend {
                 .docker
                 .unpause_container(&target)
                 .await
-                .map_err(|e| op("unpausing the container", e)),
+                .map_err(|e| api("unpausing the container", e)),
             Some(ContainerStateStatusEnum::CREATED) | Some(ContainerStateStatusEnum::EXITED) => {
                 self.docker
                     .start_container(
@@ -572,7 +587,7 @@ impl Backend for DockerBackend {
                         None::<bollard::query_parameters::StartContainerOptions>,
                     )
                     .await
-                    .map_err(|e| op("starting the container", e))
+                    .map_err(|e| api("starting the container", e))
             }
             other => Err(op(
                 "resuming the container",
@@ -682,7 +697,7 @@ impl Backend for DockerBackend {
         self.docker
             .upload_to_container(&self.target(), Some(options), body)
             .await
-            .map_err(|e| op("uploading into the container", e))
+            .map_err(|e| api("uploading into the container", e))
     }
 
     async fn destroy(&mut self) -> Result<(), BackendError> {
@@ -701,7 +716,7 @@ impl Backend for DockerBackend {
         {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(op("removing the container", e)),
+            Err(e) => return Err(api("removing the container", e)),
         }
         self.state.container_id = None;
         Ok(())
