@@ -292,3 +292,24 @@ async fn every_fault_is_a_typed_error_within_the_deadline() {
         (PatternReader::digest_of(77, 3 << 20), 3 << 20)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_request_outside_the_grant_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host_with_cache(dir.path());
+    let mut manifest = PluginManifest::for_component(guest("s3_store"), World::RemoteClient)
+        .with_config("endpoint", "http://127.0.0.1:9")
+        .with_config("bucket", "b")
+        .with_config("access_key_id", "k")
+        .with_config("secret_access_key", "s");
+    manifest.grants.wall_clock = true;
+    // Granted a different origin only.
+    manifest.grants.http = vec![berth::plugin::HttpOrigin::parse("http://127.0.0.1:10").unwrap()];
+    let client = host.load(manifest).await.unwrap().remote_client().unwrap();
+    match client.exists("x").await {
+        Err(StoreError::Plugin(PluginError::CapabilityDenied { what, .. })) => {
+            assert!(what.contains("127.0.0.1:9"), "{what}")
+        }
+        other => panic!("expected a capability denial, got {other:?}"),
+    }
+}

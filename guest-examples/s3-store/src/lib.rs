@@ -151,11 +151,24 @@ impl S3Store {
             let Ok(stream) = outgoing.write() else {
                 return Attempt::Fail(StorageError::Other("cannot write the request body".into()));
             };
-            for chunk in b.chunks(4096) {
-                if let Err(e) = stream.blocking_write_and_flush(chunk) {
-                    drop(stream);
+            let mut rest = b;
+            while !rest.is_empty() {
+                let permit = match stream.check_write() {
+                    Ok(0) => {
+                        stream.subscribe().block();
+                        continue;
+                    }
+                    Ok(n) => n as usize,
+                    Err(e) => return Attempt::Retry(format!("writing the request body: {e:?}")),
+                };
+                let (now, later) = rest.split_at(permit.min(rest.len()));
+                if let Err(e) = stream.write(now) {
                     return Attempt::Retry(format!("writing the request body: {e:?}"));
                 }
+                rest = later;
+            }
+            if let Err(e) = stream.blocking_flush() {
+                return Attempt::Retry(format!("flushing the request body: {e:?}"));
             }
             drop(stream);
         }
