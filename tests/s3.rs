@@ -15,6 +15,10 @@ use berth::workspace::WorkspaceSpec;
 use berth::RemoteSnapshotClient;
 use berth_tests::{host_with_cache, s3_manifest, s3_or_skip};
 
+/// The node-kill test takes this exclusively; the others share it, so no
+/// test sees a node die that it did not expect.
+static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 fn unique(tag: &str) -> String {
     format!(
         "{tag}-{}-{}/",
@@ -45,6 +49,7 @@ async fn s3_store_conforms_on_garage() {
     let Some(s3) = s3_or_skip("s3_store_conforms_on_garage") else {
         return;
     };
+    let _shared = CLUSTER.read().await;
     let dir = tempfile::tempdir().unwrap();
     let host = host_with_cache(&dir.path().join("cache"));
     let c = client(&host, dir.path(), &s3, &unique("conf")).await;
@@ -71,6 +76,7 @@ async fn a_node_killed_mid_upload_keeps_the_previous_snapshot() {
     let Some(s3) = s3_or_skip("a_node_killed_mid_upload_keeps_the_previous_snapshot") else {
         return;
     };
+    let _exclusive = CLUSTER.write().await;
     let victim = *s3.pids.last().expect("garage pids in s3.env");
     let dir = tempfile::tempdir().unwrap();
     let host = host_with_cache(&dir.path().join("cache"));
@@ -173,6 +179,7 @@ async fn a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory() {
     else {
         return;
     };
+    let _shared = CLUSTER.read().await;
     let dir = tempfile::tempdir().unwrap();
     let manifest = s3_manifest(dir.path(), &s3, &unique("sandbox"));
     let host_a = SandboxClient::new(dir.path().join("host-a"));
@@ -227,6 +234,7 @@ async fn boto3_reads_what_the_plugin_wrote_as_a_valid_tar() {
     let Some(s3) = s3_or_skip("boto3_reads_what_the_plugin_wrote_as_a_valid_tar") else {
         return;
     };
+    let _shared = CLUSTER.read().await;
     let dir = tempfile::tempdir().unwrap();
     let prefix = unique("boto3");
     let manifest = s3_manifest(dir.path(), &s3, &prefix);

@@ -99,6 +99,7 @@ fn transient(e: &ErrorCode) -> bool {
             | ErrorCode::ConnectionWriteTimeout
             | ErrorCode::ConnectionLimitReached
             | ErrorCode::HttpResponseIncomplete
+            | ErrorCode::HttpProtocolError
             | ErrorCode::DestinationUnavailable
     )
 }
