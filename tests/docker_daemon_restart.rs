@@ -36,7 +36,19 @@ fn restart_dockerd(pid: u32) {
         .collect();
     let _ = Command::new("kill").arg(pid.to_string()).status();
     let t = Instant::now();
-    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+    // Gone, or a zombie waiting for a parent that is not us: stopped.
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(false)
+    };
+    while running(pid) {
         assert!(
             t.elapsed() < Duration::from_secs(60),
             "dockerd did not stop"

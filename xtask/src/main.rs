@@ -163,8 +163,11 @@ fn docker_setup() -> Result<()> {
         }
         let log = std::fs::File::create("/tmp/berth-dockerd.log")?;
         eprintln!("xtask: starting dockerd (log: /tmp/berth-dockerd.log)");
-        Command::new("setsid")
+        // `setsid -f` forks: dockerd is re-parented away from us, so it
+        // outlives xtask and is never left a zombie of a living parent.
+        let status = Command::new("setsid")
             .args([
+                "-f",
                 "dockerd",
                 "--bridge=none",
                 "--iptables=false",
@@ -173,8 +176,11 @@ fn docker_setup() -> Result<()> {
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
-            .spawn()
+            .status()
             .context("starting dockerd")?;
+        if !status.success() {
+            bail!("setsid -f dockerd failed: {status}");
+        }
         let started = std::time::Instant::now();
         while !docker_reachable() {
             if started.elapsed() > std::time::Duration::from_secs(90) {
@@ -438,7 +444,8 @@ fn garage_setup() -> Result<()> {
             ),
         )?;
         let log = std::fs::File::create(node.join("garage.log"))?;
-        let child = Command::new("setsid")
+        let status = Command::new("setsid")
+            .arg("-f")
             .arg(garage_bin())
             .arg("-c")
             .arg(&config)
@@ -446,9 +453,33 @@ fn garage_setup() -> Result<()> {
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
-            .spawn()
+            .status()
             .context("starting garage")?;
-        pids.push(child.id());
+        if !status.success() {
+            bail!("setsid -f garage failed: {status}");
+        }
+    }
+    // The nodes were forked away from us: find their pids by config path.
+    for n in 0..3 {
+        let config = dir.join(format!("n{n}/garage.toml"));
+        let started = std::time::Instant::now();
+        loop {
+            let found = output(
+                Command::new("pgrep")
+                    .arg("-f")
+                    .arg(format!("{} server", config.display())),
+            )
+            .ok()
+            .and_then(|o| o.lines().next().and_then(|l| l.trim().parse::<u32>().ok()));
+            if let Some(pid) = found {
+                pids.push(pid);
+                break;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(20) {
+                bail!("garage node {n} did not start; see {GARAGE_DIR}/n{n}/garage.log");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
     }
     let c0 = dir.join("n0/garage.toml");
     let started = std::time::Instant::now();

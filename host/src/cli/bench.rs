@@ -426,13 +426,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Ok(mut r) => rows.append(&mut r),
         Err(e) => eprintln!("bench: Docker rows skipped: {e:#}"),
     }
-    rows.push(Row {
-        group: "s3",
-        name: "s3-store vs boto3".into(),
-        value: "not measured: no s3-store plugin yet".into(),
-        baseline: "-".into(),
-        ratio: None,
-    });
+    match s3_rows(base.path(), runs, args.quick).await {
+        Ok(mut r) => rows.append(&mut r),
+        Err(e) => eprintln!("bench: S3 rows skipped: {e:#}"),
+    }
 
     println!(
         "{:<9} {:<48} {:<32} {:<22} RATIO",
@@ -683,4 +680,113 @@ async fn docker_rows(
     });
     sb.shutdown().await?;
     Ok(rows)
+}
+
+/// s3-store against boto3 on the same S3 store (the Garage cluster that
+/// `cargo xtask setup` starts, described by /tmp/berth-garage/s3.env).
+async fn s3_rows(base: &Path, runs: usize, quick: bool) -> anyhow::Result<Vec<Row>> {
+    let text = std::fs::read_to_string("/tmp/berth-garage/s3.env")
+        .context("no /tmp/berth-garage/s3.env")?;
+    let env: std::collections::HashMap<&str, &str> =
+        text.lines().filter_map(|l| l.split_once('=')).collect();
+    let get = |k: &str| {
+        env.get(k)
+            .map(|v| v.to_string())
+            .with_context(|| format!("{k} missing"))
+    };
+    let (endpoint, region, bucket, key, secret) = (
+        get("BERTH_S3_ENDPOINT")?,
+        get("BERTH_S3_REGION")?,
+        get("BERTH_S3_BUCKET")?,
+        get("BERTH_S3_ACCESS_KEY_ID")?,
+        get("BERTH_S3_SECRET_ACCESS_KEY")?,
+    );
+    let component =
+        std::path::absolute("guest-examples/target/wasm32-wasip2/release/s3_store.wasm")?;
+    if !component.is_file() {
+        bail!("s3-store is not built");
+    }
+    let manifest = base.join("s3-store.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "component = {component:?}\nworld = 'remote-client-plugin'\n[config]\nendpoint = {endpoint:?}\nregion = {region:?}\n\
+             bucket = {bucket:?}\nprefix = 'bench/'\naccess_key_id = {key:?}\nsecret_access_key = {secret:?}\n\
+             [grants]\nmax_memory = '64MiB'\ndeadline_secs = 1800\nwall_clock = true\nhttp_hosts = [{endpoint:?}]\n"
+        ),
+    )?;
+    let client = PluginHost::new()?
+        .load_file(&manifest)
+        .await?
+        .remote_client()?;
+    let size: u64 = if quick { 16 << 20 } else { 256 << 20 };
+    let data = base.join("s3-blob");
+    {
+        let mut f = std::fs::File::create(&data)?;
+        let mut chunk = vec![0u8; 1 << 20];
+        for i in 0..(size >> 20) {
+            fill(&mut chunk, i);
+            std::io::Write::write_all(&mut f, &chunk)?;
+        }
+    }
+    let script = format!(
+        r#"
+import boto3, sys, time
+s3 = boto3.client("s3", endpoint_url="{endpoint}", region_name="{region}",
+                  aws_access_key_id="{key}", aws_secret_access_key="{secret}")
+t = time.time(); s3.upload_file(sys.argv[1], "{bucket}", "bench/boto3.tar"); up = time.time() - t
+t = time.time(); s3.download_file("{bucket}", "bench/boto3.tar", sys.argv[1] + ".down"); down = time.time() - t
+print(up, down)
+"#
+    );
+    let (mut ours_up, mut ours_down, mut boto_up, mut boto_down) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let mut f = tokio::fs::File::open(&data).await?;
+        client.upload("bench-s3", &mut f).await?;
+        ours_up.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let mut out = tokio::fs::File::create(base.join("s3-down")).await?;
+        client.download("bench-s3", &mut out).await?;
+        ours_down.push(t.elapsed().as_secs_f64());
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(&script)
+            .arg(&data)
+            .output()?;
+        if !out.status.success() {
+            bail!("boto3 failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut it = text
+            .split_whitespace()
+            .filter_map(|v| v.parse::<f64>().ok());
+        boto_up.push(it.next().unwrap_or(f64::NAN));
+        boto_down.push(it.next().unwrap_or(f64::NAN));
+    }
+    let (ou, od, bu, bd) = (
+        median(ours_up),
+        median(ours_down),
+        median(boto_up),
+        median(boto_down),
+    );
+    Ok(vec![
+        Row {
+            group: "s3",
+            name: format!(
+                "upload {} MiB (s3-store, multipart 8 MiB parts)",
+                size >> 20
+            ),
+            value: format!("{:.0} MB/s ({:.2}s)", mbps(size, ou), ou),
+            baseline: format!("boto3 {:.2}s", bu),
+            ratio: Some(ou / bu),
+        },
+        Row {
+            group: "s3",
+            name: format!("download {} MiB (s3-store)", size >> 20),
+            value: format!("{:.0} MB/s ({:.2}s)", mbps(size, od), od),
+            baseline: format!("boto3 {:.2}s", bd),
+            ratio: Some(od / bd),
+        },
+    ])
 }
