@@ -15,6 +15,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::{StorageError, StoreError};
 
+/// Partial files older than this belong to writers that died.
+const STALE_PARTIAL: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Bytes moved per read or write when streaming archives.
 pub(crate) const COPY_CHUNK: usize = 256 * 1024;
 
@@ -108,7 +111,40 @@ impl ArchiveDir {
         if let Ok(dir) = tokio::fs::File::open(&self.dir).await {
             let _ = dir.sync_all().await;
         }
+        self.sweep_stale_partials(id).await;
         Ok(total)
+    }
+
+    /// Removes partial files of `id` left by writers that were killed.
+    /// Only files older than [`STALE_PARTIAL`] go, so a concurrent writer
+    /// of the same id is never cut off.
+    async fn sweep_stale_partials(&self, id: &SnapshotId) {
+        let Ok(mut entries) = tokio::fs::read_dir(self.dir.join(".partial")).await else {
+            return;
+        };
+        let prefix = format!("{id}.");
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            // `<id>.<16 hex digits>`: the suffix keeps `a` from matching `a.b`'s files.
+            let ours = name.strip_prefix(&prefix).is_some_and(|rest| {
+                rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit())
+            });
+            if !ours {
+                continue;
+            }
+            let old = entry
+                .metadata()
+                .await
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > STALE_PARTIAL);
+            if old {
+                tracing::info!(file = %entry.path().display(), "removing a stale partial archive");
+                let _ = tokio::fs::remove_file(entry.path()).await;
+            }
+        }
     }
 
     /// Streams the archive of `id` into `sink` and flushes it.
@@ -191,4 +227,39 @@ fn rand_u64() -> u64 {
             .unwrap_or_default(),
     );
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_commit_sweeps_only_stale_partials_of_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let archives = ArchiveDir::create(dir.path()).unwrap();
+        let partial = dir.path().join(".partial");
+        let stale = partial.join("snap.00000000000000aa");
+        let fresh = partial.join("snap.00000000000000bb");
+        let other = partial.join("snap.b.00000000000000cc");
+        for p in [&stale, &fresh, &other] {
+            std::fs::write(p, b"leftover").unwrap();
+        }
+        let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        for p in [&stale, &other] {
+            std::fs::File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_modified(two_hours_ago)
+                .unwrap();
+        }
+        let id = SnapshotId::parse("snap").unwrap();
+        archives.write(&id, &mut &b"archive"[..]).await.unwrap();
+        assert!(!stale.exists(), "a stale partial of the id survived");
+        assert!(
+            fresh.exists(),
+            "a recent partial (maybe a live writer) was removed"
+        );
+        assert!(other.exists(), "another id's partial was removed");
+    }
 }
