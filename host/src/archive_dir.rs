@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::random_id::random_u64;
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::{StorageError, StoreError};
 
@@ -70,7 +71,7 @@ impl ArchiveDir {
         let temp = self
             .dir
             .join(".partial")
-            .join(format!("{id}.{:016x}", rand_u64()));
+            .join(format!("{id}.{:016x}", random_u64()));
         let result = self.write_temp_then_commit(id, &temp, source).await;
         if result.is_err() {
             let _ = tokio::fs::remove_file(&temp).await;
@@ -214,19 +215,6 @@ fn io_error(what: &str, path: &Path, e: io::Error) -> StoreError {
     } else {
         StorageError::Io(message).into()
     }
-}
-
-/// A random suffix for temporary names: concurrent writers never share one.
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    h.finish()
 }
 
 #[cfg(test)]

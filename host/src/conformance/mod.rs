@@ -38,16 +38,9 @@ impl Default for ConformanceOptions {
             medium_size: 64 << 20,
             large_size: 2 << 30,
             concurrency: 8,
-            id_prefix: format!("conf-{:08x}", rand_u32()),
+            id_prefix: format!("conf-{:08x}", crate::random_id::random_u64() as u32),
         }
     }
-}
-
-fn rand_u32() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u8(1);
-    h.finish() as u32
 }
 
 /// Outcome of one clause.

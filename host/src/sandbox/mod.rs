@@ -618,14 +618,5 @@ impl SandboxClient {
 }
 
 fn new_session_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    h.write_u32(std::process::id());
-    format!("{:016x}", h.finish())
+    format!("{:016x}", crate::random_id::random_u64())
 }

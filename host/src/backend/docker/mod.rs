@@ -629,7 +629,7 @@ impl Backend for DockerBackend {
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
-        let pidfile = format!("/tmp/.berth-exec-{:x}", rand_u64());
+        let pidfile = format!("/tmp/.berth-exec-{:x}", crate::random_id::random_u64());
         let cmd = vec![
             "sh".to_string(),
             "-c".to_string(),
@@ -729,11 +729,4 @@ impl Backend for DockerBackend {
     fn state(&self) -> BackendState {
         BackendState::Docker(self.state.clone())
     }
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u8(3);
-    h.finish()
 }
