@@ -411,6 +411,18 @@ fn garage_setup() -> Result<()> {
     {
         run(Command::new("python3").args(["-m", "pip", "install", "-q", "boto3"]))?;
     }
+    // Nodes left over from an earlier run hold the ports and would make the
+    // new ones fail to bind: stop them before wiping their directories.
+    let _ = Command::new("pkill")
+        .args(["-f", &format!("{GARAGE_DIR}/n[0-9]/garage.toml server")])
+        .status();
+    let started = std::time::Instant::now();
+    while port_open(3900) || port_open(3910) || port_open(3920) {
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            bail!("ports 3900/3910/3920 are held by something other than Berth's Garage nodes; stop it and rerun");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
     let secret: String = {
@@ -491,12 +503,21 @@ fn garage_setup() -> Result<()> {
     }
     let mut ids = Vec::new();
     for n in 0..3 {
-        let id = garage(
-            &dir.join(format!("n{n}/garage.toml")),
-            &["node", "id", "-q"],
-        )?
-        .trim()
-        .to_string();
+        // A node writes its key only once it has started; `status` on node 0
+        // answering says nothing about nodes 1 and 2, so wait for each.
+        let config = dir.join(format!("n{n}/garage.toml"));
+        let started = std::time::Instant::now();
+        let id = loop {
+            match garage(&config, &["node", "id", "-q"]) {
+                Ok(id) => break id.trim().to_string(),
+                Err(e) if started.elapsed() > std::time::Duration::from_secs(60) => {
+                    return Err(e.context(format!(
+                        "garage node {n} has no node key after 60 s; see {GARAGE_DIR}/n{n}/garage.log"
+                    )));
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(300)),
+            }
+        };
         if n > 0 {
             garage(&c0, &["node", "connect", &id])?;
         }
