@@ -11,6 +11,9 @@ fn plugin_check_passes_good_plugins_and_names_broken_clauses() {
         "guest-examples/fs-store/plugin.toml",
         "guest-examples/dir-snapshot/plugin.toml",
         "guest-examples/noop-snapshot/plugin.toml",
+        "guest-examples/c-store/plugin.toml",
+        "guest-examples/py-store/plugin.toml",
+        "guest-examples/js-store/plugin.toml",
     ] {
         let out = Command::new(berth_bin())
             .args(["plugin", "check", "--large-size", "0"])

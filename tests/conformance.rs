@@ -193,12 +193,16 @@ async fn broken_plugin_fails_the_clauses_it_breaks() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn wasm_python_store_conforms() {
-    let component = berth_tests::repo_root().join("guest-examples/target/py_store.wasm");
+/// Runs the full suite, multi-GiB clause included, on a guest built by a
+/// non-Rust toolchain into `guest-examples/target/<file>`.
+async fn language_guest_conforms(name: &str, file: &str) {
+    let component = berth_tests::repo_root()
+        .join("guest-examples/target")
+        .join(file);
     assert!(
         component.is_file(),
-        "py-store is not built: run `cargo xtask build-guests`"
+        "{name} is not built ({}): run `cargo xtask build-guests`",
+        component.display()
     );
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("data")).unwrap();
@@ -212,12 +216,20 @@ async fn wasm_python_store_conforms() {
         .with_config("root", "/data");
     let plugin = host.load(manifest).await.unwrap();
     let client = plugin.remote_client().unwrap();
-    // The multi-GiB clause is left out: componentize-py 0.25.1 leaks the
-    // buffer of every `list<u8>` passed to an imported function, so a
-    // Python `download` grows with the archive (see the py-store README).
-    let opts = ConformanceOptions {
-        large_size: 0,
-        ..options()
-    };
-    assert_passes(&check_remote_client("py-store", &client, &opts).await);
+    assert_passes(&check_remote_client(name, &client, &options()).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wasm_python_store_conforms() {
+    language_guest_conforms("py-store", "py_store.wasm").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wasm_c_store_conforms() {
+    language_guest_conforms("c-store", "c_store.wasm").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wasm_javascript_store_conforms() {
+    language_guest_conforms("js-store", "js_store.wasm").await;
 }

