@@ -91,7 +91,7 @@ async fn four_start_branches_stop_and_resume() {
         .digest
         .as_deref()
         .unwrap()
-        .starts_with("sha256:"));
+        .starts_with("blake3:"));
     let root = match &state.backend {
         berth::sandbox::BackendState::Local(l) => l.root_dir.clone(),
         other => panic!("expected a local backend, got {other:?}"),

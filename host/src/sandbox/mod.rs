@@ -366,8 +366,9 @@ impl Sandbox {
                         what: "creating the spool file",
                         source: e,
                     })?;
-            let mut writer = sealing::HashingWriter::new(file)
-                .with_progress(self.options.progress.clone(), "restore");
+            let mut writer =
+                sealing::HashingWriter::new(file, self.state.snapshot.digest.as_deref())
+                    .with_progress(self.options.progress.clone(), "restore");
             self.snapshot.restore(&mut writer).await?;
             Ok::<_, SandboxError>(writer.seal())
         })

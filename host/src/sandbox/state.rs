@@ -35,7 +35,8 @@ pub struct SnapshotState {
     /// Plugin behind a remote or plugin snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<PluginRef>,
-    /// `sha256:<hex>` of the stored archive, verified on restore.
+    /// `blake3:<hex>` (or, from older versions, `sha256:<hex>`) of the
+    /// stored archive, verified on restore.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// Size in bytes of the stored archive.
