@@ -40,6 +40,11 @@ impl PluginState {
         // Sockets stay off: the builder's defaults deny every address and
         // name lookup; outbound HTTP goes through `HttpGate` only.
         wasi.allow_ip_name_lookup(false);
+        // File operations run inline on the calling thread instead of a hop
+        // through tokio's blocking pool for every stat, open and chunk: a
+        // plugin call is already one task doing one thing, and the hop cost
+        // more than the syscall (measured in BENCHMARKS.md).
+        wasi.allow_blocking_current_thread(true);
         Ok(PluginState {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
