@@ -4,11 +4,11 @@
 //!
 //! Config: `dir` — the guest path of the granted directory (default `/data`).
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::path::PathBuf;
 
-use berth_guest_kit::{config_value, copy_input_to, copy_to_output, validate_id, PendingFile};
+use berth_guest_kit::{config_value, open_file_stream_source, validate_id, PendingFile};
 
 wit_bindgen::generate!({
     path: "../../wit",
@@ -65,14 +65,16 @@ impl GuestSnapshot for DirSnapshot {
     fn persist(&self, archive: InputStream) -> Result<(), StorageError> {
         let mut pending =
             PendingFile::create(&self.path).map_err(|e| io_error("creating the archive", e))?;
-        copy_input_to(&archive, pending.file()).map_err(|e| StorageError::Io(e.to_string()))?;
+        pending
+            .fill_from(&archive)
+            .map_err(|e| StorageError::Io(e.to_string()))?;
         pending
             .commit()
             .map_err(|e| io_error("committing the archive", e))
     }
 
     fn restore(&self, sink: OutputStream) -> Result<(), StorageError> {
-        let mut file = match File::open(&self.path) {
+        let file = match open_file_stream_source(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(StorageError::NotFound(format!(
@@ -82,7 +84,8 @@ impl GuestSnapshot for DirSnapshot {
             }
             Err(e) => return Err(io_error("opening the archive", e)),
         };
-        copy_to_output(&mut file, &sink).map_err(|e| StorageError::Io(e.to_string()))?;
+        file.splice_to(&sink)
+            .map_err(|e| StorageError::Io(e.to_string()))?;
         Ok(())
     }
 

@@ -5,11 +5,11 @@
 //!
 //! Config: `root` — the guest path of the granted directory (default `/data`).
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::path::PathBuf;
 
-use berth_guest_kit::{config_value, copy_input_to, copy_to_output, validate_id, PendingFile};
+use berth_guest_kit::{config_value, open_file_stream_source, validate_id, PendingFile};
 
 wit_bindgen::generate!({
     path: "../../wit",
@@ -63,7 +63,9 @@ impl GuestClient for FsStore {
         let target = self.path_of(&snapshot_id)?;
         let mut pending =
             PendingFile::create(&target).map_err(|e| io_error("creating the upload file", e))?;
-        copy_input_to(&data, pending.file()).map_err(|e| StorageError::Io(e.to_string()))?;
+        pending
+            .fill_from(&data)
+            .map_err(|e| StorageError::Io(e.to_string()))?;
         pending
             .commit()
             .map_err(|e| io_error("committing the upload", e))
@@ -71,7 +73,7 @@ impl GuestClient for FsStore {
 
     fn download(&self, snapshot_id: String, sink: OutputStream) -> Result<(), StorageError> {
         let path = self.path_of(&snapshot_id)?;
-        let mut file = match File::open(&path) {
+        let file = match open_file_stream_source(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(StorageError::NotFound(format!(
@@ -80,7 +82,8 @@ impl GuestClient for FsStore {
             }
             Err(e) => return Err(io_error("opening the snapshot", e)),
         };
-        copy_to_output(&mut file, &sink).map_err(|e| StorageError::Io(e.to_string()))?;
+        file.splice_to(&sink)
+            .map_err(|e| StorageError::Io(e.to_string()))?;
         Ok(())
     }
 

@@ -11,12 +11,24 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 wit_bindgen::generate!({
-    path: "../../wit/deps/io",
-    world: "wasi:io/imports@0.2.12",
+    // The contract's wasi:io plus wasi:filesystem at the same version, so a
+    // file's streams and the host's streams are one resource type and can
+    // be spliced into each other.
+    inline: "package berth:guest-kit;
+             world imports {
+                 import wasi:io/streams@0.2.12;
+                 import wasi:filesystem/types@0.2.12;
+                 import wasi:filesystem/preopens@0.2.12;
+             }",
+    path: ["../../wit/deps/io", "../wit-fs/deps/clocks.wit", "../wit-fs/deps/filesystem.wit"],
+    world: "berth:guest-kit/imports",
     generate_all,
 });
 
 pub use wasi::io::streams::{InputStream, OutputStream, StreamError};
+
+mod file_streams;
+pub use file_streams::{open_file_stream_source, FileSource};
 
 /// Bytes moved per stream call: large enough to amortise the host call,
 /// small enough that memory stays flat whatever the archive size.
@@ -155,6 +167,12 @@ impl PendingFile {
     pub fn file(&mut self) -> &mut File {
         // `file` is only `None` after `commit`, which consumes `self`.
         self.file.as_mut().unwrap_or_else(|| unreachable!())
+    }
+
+    /// Fills the file from `input` until the host closes it, splicing host
+    /// stream into file stream: the bytes never enter guest memory.
+    pub fn fill_from(&mut self, input: &InputStream) -> Result<u64, CopyError> {
+        file_streams::splice_into_file(input, &self.temp)
     }
 
     /// Syncs the data and renames it over the target in one step.
