@@ -3,8 +3,8 @@
 //!
 //! - Archives are objects `<prefix><id>.tar`.
 //! - Uploads smaller than one part are a single PUT; larger ones are a
-//!   multipart upload with `part_size` bytes buffered at a time (constant
-//!   guest memory). Completing the upload is the commit; any failure aborts
+//!   multipart upload, `parallel_parts` parts in flight at once, each
+//!   buffered until its answer arrives (constant guest memory). Completing the upload is the commit; any failure aborts
 //!   it, so the previous object stays as it was (clauses 2 and 3).
 //! - `exists` is a HEAD; missing keys give `not-found`.
 //! - 5xx, 429 and connection failures are retried with backoff, then
@@ -12,10 +12,13 @@
 //!
 //! Config: `endpoint` (e.g. `http://127.0.0.1:3900`), `region`, `bucket`,
 //! `prefix` (optional), `access_key_id`, `secret_access_key`, `part_size`
-//! (bytes, default 8 MiB, at least 5 MiB), `retries` (default 4),
+//! (bytes, default 8 MiB, at least 5 MiB), `parallel_parts` (part requests
+//! in flight, default 3; guest memory ≈ (parallel_parts + 1) × part_size),
+//! `retries` (default 4),
 //! `path_style` (default true). Signing needs the time of day: grant
 //! `wall_clock = true`, and the endpoint's origin in `http_hosts`.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use berth_guest_kit::{validate_id, StreamError as KitStreamError};
@@ -47,6 +50,7 @@ struct S3Store {
     credentials: Credentials,
     prefix: String,
     part_size: usize,
+    parallel_parts: usize,
     retries: u32,
 }
 
@@ -83,6 +87,26 @@ impl Response {
     }
 }
 
+/// A part of a multipart upload that was sent (or failed to send) and
+/// whose answer has not been read yet.
+struct PartInFlight {
+    number: u16,
+    part: Vec<u8>,
+    sent: Option<Sent>,
+}
+
+/// Notes a retried request on the plugin's stderr, which the host routes to
+/// its log.
+fn tracing_note(message: &str) {
+    eprintln!("s3-store: {message}");
+}
+
+/// A request whose body is sent and whose answer is still to come.
+struct Sent {
+    future: wasi::http::types::FutureIncomingResponse,
+    authority: String,
+}
+
 enum Attempt {
     Done(Response),
     Retry(String),
@@ -111,6 +135,15 @@ impl S3Store {
     }
 
     fn send_once(&self, method: &Method, url: &url::Url, body: Option<&[u8]>) -> Attempt {
+        match self.start(method, url, body) {
+            Ok(sent) => Self::receive(sent),
+            Err(attempt) => attempt,
+        }
+    }
+
+    /// Sends a request with its whole body and returns without waiting for
+    /// the answer, so several requests can be in flight at once.
+    fn start(&self, method: &Method, url: &url::Url, body: Option<&[u8]>) -> Result<Sent, Attempt> {
         let headers = Fields::new();
         if let Some(b) = body {
             let _ = headers.append("content-length", b.len().to_string().as_bytes());
@@ -134,23 +167,29 @@ impl S3Store {
         };
         let _ = request.set_path_with_query(Some(&path));
         let Ok(outgoing) = request.body() else {
-            return Attempt::Fail(StorageError::Other("cannot open the request body".into()));
+            return Err(Attempt::Fail(StorageError::Other(
+                "cannot open the request body".into(),
+            )));
         };
         let future = match outgoing_handler::handle(request, None) {
             Ok(f) => f,
             Err(ErrorCode::HttpRequestDenied) => {
-                return Attempt::Fail(StorageError::Denied(format!(
+                return Err(Attempt::Fail(StorageError::Denied(format!(
                     "the host refused a request to {authority}; add its origin to grants.http_hosts"
-                )))
+                ))))
             }
-            Err(e) if transient(&e) => return Attempt::Retry(format!("{e:?}")),
+            Err(e) if transient(&e) => return Err(Attempt::Retry(format!("{e:?}"))),
             Err(e) => {
-                return Attempt::Fail(StorageError::Io(format!("sending the request: {e:?}")))
+                return Err(Attempt::Fail(StorageError::Io(format!(
+                    "sending the request: {e:?}"
+                ))))
             }
         };
         if let Some(b) = body {
             let Ok(stream) = outgoing.write() else {
-                return Attempt::Fail(StorageError::Other("cannot write the request body".into()));
+                return Err(Attempt::Fail(StorageError::Other(
+                    "cannot write the request body".into(),
+                )));
             };
             let mut rest = b;
             while !rest.is_empty() {
@@ -160,22 +199,30 @@ impl S3Store {
                         continue;
                     }
                     Ok(n) => n as usize,
-                    Err(e) => return Attempt::Retry(format!("writing the request body: {e:?}")),
+                    Err(e) => {
+                        return Err(Attempt::Retry(format!("writing the request body: {e:?}")))
+                    }
                 };
                 let (now, later) = rest.split_at(permit.min(rest.len()));
                 if let Err(e) = stream.write(now) {
-                    return Attempt::Retry(format!("writing the request body: {e:?}"));
+                    return Err(Attempt::Retry(format!("writing the request body: {e:?}")));
                 }
                 rest = later;
             }
             if let Err(e) = stream.blocking_flush() {
-                return Attempt::Retry(format!("flushing the request body: {e:?}"));
+                return Err(Attempt::Retry(format!("flushing the request body: {e:?}")));
             }
             drop(stream);
         }
         if let Err(e) = OutgoingBody::finish(outgoing, None) {
-            return Attempt::Retry(format!("finishing the request body: {e:?}"));
+            return Err(Attempt::Retry(format!("finishing the request body: {e:?}")));
         }
+        Ok(Sent { future, authority })
+    }
+
+    /// Waits for the answer to a request [`S3Store::start`] sent.
+    fn receive(sent: Sent) -> Attempt {
+        let Sent { future, authority } = sent;
         let response = loop {
             match future.get() {
                 Some(r) => break r,
@@ -317,6 +364,47 @@ impl S3Store {
         result
     }
 
+    /// Waits for one part's answer (resending it with backoff if the first
+    /// attempt failed transiently) and returns its ETag and its buffer.
+    fn collect_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: PartInFlight,
+    ) -> Result<(String, Vec<u8>), StorageError> {
+        let first = match part.sent {
+            Some(sent) => Self::receive(sent),
+            None => Attempt::Retry("the first attempt failed to send".into()),
+        };
+        let resp = match first {
+            Attempt::Done(resp) => resp,
+            Attempt::Fail(e) => return Err(e),
+            Attempt::Retry(why) => {
+                tracing_note(&format!("part {} retried: {why}", part.number));
+                self.send(
+                    Method::Put,
+                    || {
+                        self.bucket
+                            .upload_part(Some(&self.credentials), key, part.number, upload_id)
+                            .sign(SIGN_FOR)
+                    },
+                    Some(&part.part),
+                )?
+            }
+        };
+        let resp = Self::check(resp, "uploading a part")?;
+        let etag = resp
+            .etag
+            .clone()
+            .ok_or_else(|| StorageError::Io("part answer without ETag".into()))?;
+        Ok((etag, part.part))
+    }
+
+    /// Uploads the parts with up to `parallel_parts` requests in flight:
+    /// while the store digests one part, the next is read from the archive
+    /// and sent. Each in-flight part keeps its buffer until its answer
+    /// arrives, so a transient failure can resend it; guest memory stays at
+    /// most `(parallel_parts + 1) × part_size`, whatever the archive size.
     fn upload_parts(
         &self,
         key: &str,
@@ -325,28 +413,36 @@ impl S3Store {
         data: &InputStream,
     ) -> Result<(), StorageError> {
         let mut etags: Vec<String> = Vec::new();
+        let mut in_flight: VecDeque<PartInFlight> = VecDeque::new();
+        let mut spare: Option<Vec<u8>> = None;
         let mut part = first;
         let mut ended = false;
         let mut number: u16 = 1;
         loop {
-            let resp = self.send(
-                Method::Put,
-                || {
-                    self.bucket
-                        .upload_part(Some(&self.credentials), key, number, upload_id)
-                        .sign(SIGN_FOR)
-                },
-                Some(&part),
-            )?;
-            let resp = Self::check(resp, "uploading a part")?;
-            etags.push(
-                resp.etag
-                    .clone()
-                    .ok_or_else(|| StorageError::Io("part answer without ETag".into()))?,
-            );
+            let url = self
+                .bucket
+                .upload_part(Some(&self.credentials), key, number, upload_id)
+                .sign(SIGN_FOR);
+            let sent = match self.start(&Method::Put, &url, Some(&part)) {
+                Ok(sent) => Some(sent),
+                Err(Attempt::Fail(e)) => return Err(e),
+                // Resent with backoff when its turn to be collected comes.
+                Err(_) => None,
+            };
+            in_flight.push_back(PartInFlight { number, part, sent });
+            if in_flight.len() >= self.parallel_parts {
+                if let Some(oldest) = in_flight.pop_front() {
+                    let (etag, buffer) = self.collect_part(key, upload_id, oldest)?;
+                    etags.push(etag);
+                    spare = Some(buffer);
+                }
+            }
             if ended {
                 break;
             }
+            part = spare
+                .take()
+                .unwrap_or_else(|| Vec::with_capacity(self.part_size));
             ended = self.fill_part(data, &mut part)?;
             if part.is_empty() {
                 break;
@@ -354,6 +450,9 @@ impl S3Store {
             number = number.checked_add(1).ok_or_else(|| {
                 StorageError::Other("more than 65535 parts; raise part_size".into())
             })?;
+        }
+        while let Some(oldest) = in_flight.pop_front() {
+            etags.push(self.collect_part(key, upload_id, oldest)?.0);
         }
         let complete = self.bucket.complete_multipart_upload(
             Some(&self.credentials),
@@ -416,11 +515,22 @@ impl GuestClient for S3Store {
             )));
         }
         let retries = get("retries").and_then(|r| r.parse().ok()).unwrap_or(4);
+        let parallel_parts = match get("parallel_parts") {
+            Some(s) => s
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=16).contains(n))
+                .ok_or_else(|| {
+                    StorageError::Other("config parallel_parts must be 1 to 16".into())
+                })?,
+            None => 3,
+        };
         Ok(Client::new(S3Store {
             bucket,
             credentials,
             prefix: get("prefix").unwrap_or_default(),
             part_size,
+            parallel_parts,
             retries,
         }))
     }
