@@ -117,7 +117,7 @@ fn sandbox_commands_as_a_new_user_would_use_them() {
     assert_eq!(code, 3, "the exit code is propagated");
     let (code, out, err) = berth(&["stop", "agent1"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("sha256:"), "{out}");
+    assert!(out.contains("blake3:"), "{out}");
     let (code, out, _) = berth(&["ls"]);
     assert_eq!(code, 0);
     assert!(out.contains("agent1"), "{out}");
@@ -181,7 +181,16 @@ fn quick_benchmark_runs_and_reports_ratios() {
             "no docker rows although Docker is required:\n{stdout}"
         );
     }
-    assert!(rows
-        .iter()
-        .any(|r| r["what"] == "wasm fs-store" && r["ratio"].as_f64().is_some()));
+    for what in ["wasm fs-store (Rust)", "wasm c-store (C)"] {
+        assert!(
+            rows.iter()
+                .any(|r| r["what"] == what && r["ratio"].as_f64().is_some()),
+            "no ratio for {what}:\n{stdout}"
+        );
+    }
+    assert!(
+        rows.iter()
+            .any(|r| r["what"] == "c-store (C) instance + open + exists"),
+        "no per-language plugin rows:\n{stdout}"
+    );
 }

@@ -129,32 +129,110 @@ fn time_cmd(cmd: &mut Command) -> anyhow::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-fn fs_store_manifest(base: &Path) -> anyhow::Result<Option<PathBuf>> {
-    let component = PathBuf::from("guest-examples/target/wasm32-wasip2/release/fs_store.wasm");
-    let dir_component =
-        PathBuf::from("guest-examples/target/wasm32-wasip2/release/dir_snapshot.wasm");
-    if !component.is_file() {
-        return Ok(None);
-    }
+/// An example store plugin the benchmark drives: one row set per language.
+struct BenchPlugin {
+    /// Label in the table, with the language.
+    label: &'static str,
+    /// File name of the manifest written for it in the bench directory.
+    manifest: &'static str,
+    /// Component path relative to the repository root.
+    component: &'static str,
+    /// A `snapshot-plugin` (one sandbox's snapshot) rather than a remote client.
+    snapshot_world: bool,
+    /// Big interpreters (Python, JavaScript) compile for ~10 s: left out of
+    /// `--quick` so the test suite's run stays in seconds.
+    heavy: bool,
+}
+
+const BENCH_PLUGINS: &[BenchPlugin] = &[
+    BenchPlugin {
+        label: "fs-store (Rust)",
+        manifest: "fs-store.toml",
+        component: "guest-examples/target/wasm32-wasip2/release/fs_store.wasm",
+        snapshot_world: false,
+        heavy: false,
+    },
+    BenchPlugin {
+        label: "dir-snapshot (Rust)",
+        manifest: "dir-snapshot.toml",
+        component: "guest-examples/target/wasm32-wasip2/release/dir_snapshot.wasm",
+        snapshot_world: true,
+        heavy: false,
+    },
+    BenchPlugin {
+        label: "c-store (C)",
+        manifest: "c-store.toml",
+        component: "guest-examples/target/c_store.wasm",
+        snapshot_world: false,
+        heavy: false,
+    },
+    BenchPlugin {
+        label: "py-store (Python)",
+        manifest: "py-store.toml",
+        component: "guest-examples/target/py_store.wasm",
+        snapshot_world: false,
+        heavy: true,
+    },
+    BenchPlugin {
+        label: "js-store (JavaScript)",
+        manifest: "js-store.toml",
+        component: "guest-examples/target/js_store.wasm",
+        snapshot_world: false,
+        heavy: true,
+    },
+];
+
+/// Writes a manifest for every built example plugin (all sharing one store
+/// directory) and returns the ones written. Plugins that are not built are
+/// reported and left out, so a partial checkout still benchmarks the rest.
+fn write_manifests(
+    base: &Path,
+    quick: bool,
+) -> anyhow::Result<Vec<(&'static BenchPlugin, PathBuf)>> {
     let store = base.join("store");
     std::fs::create_dir_all(&store)?;
-    let m = base.join("fs-store.toml");
-    std::fs::write(
-        &m,
-        format!(
-            "name='fs-store'\ncomponent={:?}\nworld='remote-client-plugin'\n[config]\nroot='/data'\n[grants]\nmax_memory='64MiB'\ndeadline_secs=3600\n[[grants.dirs]]\nhost={store:?}\nguest='/data'\nmode='rw'\n",
-            std::path::absolute(&component)?
-        ),
-    )?;
-    let d = base.join("dir-snapshot.toml");
-    std::fs::write(
-        &d,
-        format!(
-            "name='dir-snapshot'\ncomponent={:?}\nworld='snapshot-plugin'\n[config]\ndir='/data'\n[grants]\nmax_memory='64MiB'\ndeadline_secs=3600\n[[grants.dirs]]\nhost={store:?}\nguest='/data'\nmode='rw'\n",
-            std::path::absolute(&dir_component)?
-        ),
-    )?;
-    Ok(Some(base.to_path_buf()))
+    let mut written = Vec::new();
+    for plugin in BENCH_PLUGINS {
+        if quick && plugin.heavy {
+            continue;
+        }
+        let component = PathBuf::from(plugin.component);
+        if !component.is_file() {
+            eprintln!(
+                "bench: {} is not built ({}); run cargo xtask build-guests",
+                plugin.label, plugin.component
+            );
+            continue;
+        }
+        let (world, key) = if plugin.snapshot_world {
+            ("snapshot-plugin", "dir")
+        } else {
+            ("remote-client-plugin", "root")
+        };
+        let manifest = base.join(plugin.manifest);
+        std::fs::write(
+            &manifest,
+            format!(
+                "name={:?}\ncomponent={:?}\nworld='{world}'\n[config]\n{key}='/data'\n[grants]\nmax_memory='256MiB'\ndeadline_secs=3600\n[[grants.dirs]]\nhost={store:?}\nguest='/data'\nmode='rw'\n",
+                plugin.label,
+                std::path::absolute(&component)?
+            ),
+        )?;
+        written.push((plugin, manifest));
+    }
+    Ok(written)
+}
+
+fn snapshot_spec(plugin: &BenchPlugin, manifest: &Path) -> SnapshotSpec {
+    if plugin.snapshot_world {
+        SnapshotSpec::Plugin {
+            plugin: manifest.to_path_buf(),
+        }
+    } else {
+        SnapshotSpec::Remote {
+            plugin: manifest.to_path_buf(),
+        }
+    }
 }
 
 /// Persist + restore of `src` through a local sandbox with `snapshot`.
@@ -211,17 +289,13 @@ async fn rss_probe(size: u64) -> anyhow::Result<ExitCode> {
     let base = tempfile::Builder::new().prefix("berth-rss-").tempdir()?;
     let src = base.path().join("ws");
     make_workspace(&src, size)?;
-    let plugins =
-        fs_store_manifest(base.path())?.context("fs-store not built: cargo xtask build-guests")?;
+    let plugins = write_manifests(base.path(), true)?;
+    let (plugin, manifest) = plugins
+        .first()
+        .filter(|(p, _)| p.manifest == "fs-store.toml")
+        .context("fs-store not built: cargo xtask build-guests")?;
     let client = SandboxClient::new(base.path().join("home"));
-    berth_roundtrip(
-        &client,
-        &src,
-        SnapshotSpec::Remote {
-            plugin: plugins.join("fs-store.toml"),
-        },
-    )
-    .await?;
+    berth_roundtrip(&client, &src, snapshot_spec(plugin, manifest)).await?;
     println!("{}", rss_peak_kib());
     Ok(ExitCode::SUCCESS)
 }
@@ -248,26 +322,26 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let src = base.path().join("ws");
     let bytes = make_workspace(&src, size)?;
     let mut rows: Vec<Row> = Vec::new();
-    let plugins = fs_store_manifest(base.path())?;
+    let plugins = write_manifests(base.path(), args.quick)?;
     let client = SandboxClient::new(base.path().join("home"));
     eprintln!(
         "bench: workspace {} MiB, {runs} run(s) each, alternating",
         bytes >> 20
     );
 
-    // Persist and restore: GNU tar vs Berth's stores, alternating.
-    let mut series: Vec<(&str, Vec<f64>, Vec<f64>)> = vec![
-        ("GNU tar", vec![], vec![]),
-        ("native local", vec![], vec![]),
+    // Persist and restore: GNU tar vs Berth's stores, alternating. Series 0
+    // is GNU tar, 1 the native local snapshot, then one per plugin.
+    let mut series: Vec<(String, Vec<f64>, Vec<f64>)> = vec![
+        ("GNU tar".into(), vec![], vec![]),
+        ("native local snapshot".into(), vec![], vec![]),
     ];
-    if plugins.is_some() {
-        series.push(("wasm fs-store", vec![], vec![]));
-        series.push(("wasm dir-snapshot", vec![], vec![]));
+    for (plugin, _) in &plugins {
+        series.push((format!("wasm {}", plugin.label), vec![], vec![]));
     }
     for _ in 0..runs {
-        for s in series.iter_mut() {
-            let (p, r) = match s.0 {
-                "GNU tar" => {
+        for (i, s) in series.iter_mut().enumerate() {
+            let (p, r) = match i {
+                0 => {
                     let tarball = base.path().join("gnu.tar");
                     let p = time_cmd(
                         Command::new("tar")
@@ -291,7 +365,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                     let _ = std::fs::remove_file(&tarball);
                     (p, r)
                 }
-                "native local" => {
+                1 => {
                     berth_roundtrip(
                         &client,
                         &src,
@@ -301,19 +375,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                     )
                     .await?
                 }
-                "wasm fs-store" => {
-                    let m = plugins
-                        .as_ref()
-                        .map(|p| p.join("fs-store.toml"))
-                        .unwrap_or_default();
-                    berth_roundtrip(&client, &src, SnapshotSpec::Remote { plugin: m }).await?
-                }
                 _ => {
-                    let m = plugins
-                        .as_ref()
-                        .map(|p| p.join("dir-snapshot.toml"))
-                        .unwrap_or_default();
-                    berth_roundtrip(&client, &src, SnapshotSpec::Plugin { plugin: m }).await?
+                    let (plugin, manifest) = &plugins[i - 2];
+                    berth_roundtrip(&client, &src, snapshot_spec(plugin, manifest)).await?
                 }
             };
             s.1.push(p);
@@ -341,7 +405,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 
     // Peak RSS of a whole persist+restore through the fs-store plugin.
-    if plugins.is_some() {
+    if plugins.iter().any(|(p, _)| p.manifest == "fs-store.toml") {
         let sizes: Vec<u64> = if args.quick {
             vec![16 << 20, 64 << 20]
         } else {
@@ -367,58 +431,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    // Plugins: cold load, cached load, instantiate + exists round trip.
-    if let Some(p) = &plugins {
-        let manifest = berth::plugin::PluginManifest::from_file(&p.join("fs-store.toml"))?;
-        let cold_host = PluginHost::with_cache(CompileCache::disabled())?;
-        let t = Instant::now();
-        cold_host.load(manifest.clone()).await?;
-        let cold = t.elapsed().as_secs_f64();
-        let cache = CompileCache::at(base.path().join("cc"));
-        PluginHost::with_cache(cache.clone())?
-            .load(manifest.clone())
-            .await?;
-        let mut cached = Vec::new();
-        for _ in 0..(if args.quick { 5 } else { 20 }) {
-            let t = Instant::now();
-            PluginHost::with_cache(cache.clone())?
-                .load(manifest.clone())
-                .await?;
-            cached.push(t.elapsed().as_secs_f64());
-        }
-        let plugin = PluginHost::with_cache(cache)?.load(manifest).await?;
-        let client = plugin.remote_client()?;
-        let mut calls = Vec::new();
-        for _ in 0..(if args.quick { 200 } else { 2000 }) {
-            let t = Instant::now();
-            client.exists("bench-probe").await?;
-            calls.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        rows.push(Row {
-            group: "plugin",
-            name: "fs-store (Rust) cold load, no cache".into(),
-            value: format!("{:.1} ms", cold * 1e3),
-            baseline: "-".into(),
-            ratio: None,
-        });
-        rows.push(Row {
-            group: "plugin",
-            name: "fs-store (Rust) load from compile cache".into(),
-            value: format!("{:.2} ms", median(cached) * 1e3),
-            baseline: "-".into(),
-            ratio: None,
-        });
-        rows.push(Row {
-            group: "plugin",
-            name: "fs-store instantiate + open + exists".into(),
-            value: format!(
-                "median {:.0} µs, p99 {:.0} µs",
-                median(calls.clone()),
-                percentile(calls, 0.99)
-            ),
-            baseline: "-".into(),
-            ratio: None,
-        });
+    // Plugins, per language: cold load, cached load, instantiate + call.
+    for (plugin, manifest) in plugins.iter().filter(|(p, _)| !p.snapshot_world) {
+        rows.append(&mut plugin_rows(plugin, manifest, base.path(), args.quick).await?);
     }
 
     // Docker: Berth over the API vs the docker CLI.
@@ -455,6 +470,67 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     std::fs::write(&args.out, serde_json::to_string_pretty(&json)?)?;
     eprintln!("bench: wrote {}", args.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Load and call latency of one remote-client plugin: a cold load with no
+/// compile cache, loads from the cache (median), and fresh instance +
+/// `open` + `exists` round trips (median and p99).
+async fn plugin_rows(
+    plugin: &BenchPlugin,
+    manifest: &Path,
+    base: &Path,
+    quick: bool,
+) -> anyhow::Result<Vec<Row>> {
+    let manifest = berth::plugin::PluginManifest::from_file(manifest)?;
+    let cold_host = PluginHost::with_cache(CompileCache::disabled())?;
+    let t = Instant::now();
+    cold_host.load(manifest.clone()).await?;
+    let cold = t.elapsed().as_secs_f64();
+    let cache = CompileCache::at(base.join("cc"));
+    PluginHost::with_cache(cache.clone())?
+        .load(manifest.clone())
+        .await?;
+    let mut cached = Vec::new();
+    for _ in 0..(if quick { 5 } else { 20 }) {
+        let t = Instant::now();
+        PluginHost::with_cache(cache.clone())?
+            .load(manifest.clone())
+            .await?;
+        cached.push(t.elapsed().as_secs_f64());
+    }
+    let loaded = PluginHost::with_cache(cache)?.load(manifest).await?;
+    let client = loaded.remote_client()?;
+    let mut calls = Vec::new();
+    for _ in 0..(if quick { 200 } else { 2000 }) {
+        let t = Instant::now();
+        client.exists("bench-probe").await?;
+        calls.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let row = |name: String, value: String| Row {
+        group: "plugin",
+        name,
+        value,
+        baseline: "-".into(),
+        ratio: None,
+    };
+    Ok(vec![
+        row(
+            format!("{} cold load, no cache", plugin.label),
+            format!("{:.1} ms", cold * 1e3),
+        ),
+        row(
+            format!("{} load from compile cache", plugin.label),
+            format!("{:.2} ms", median(cached) * 1e3),
+        ),
+        row(
+            format!("{} instance + open + exists", plugin.label),
+            format!(
+                "median {:.0} µs, p99 {:.0} µs",
+                median(calls.clone()),
+                percentile(calls, 0.99)
+            ),
+        ),
+    ])
 }
 
 async fn docker_rows(

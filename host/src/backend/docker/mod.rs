@@ -450,6 +450,7 @@ impl DockerBackend {
             )
             .await
             .map_err(|e| api("creating the exec", e))?;
+        let created = started.elapsed();
         let output = match self
             .docker
             .start_exec(&exec.id, None)
@@ -493,6 +494,7 @@ impl DockerBackend {
             }
             Err(_) => true,
         };
+        let output_done = started.elapsed();
         let exit_code = if timed_out {
             TIMEOUT_EXIT_CODE
         } else {
@@ -503,6 +505,15 @@ impl DockerBackend {
                 .map_err(|e| api("inspecting the exec", e))?;
             inspect.exit_code.unwrap_or(-1) as i32
         };
+        // Where an exec's time goes, for `RUST_LOG=berth=debug`: daemon
+        // round trips (create, inspect) against the command's own run
+        // (start until the output stream ends).
+        tracing::debug!(
+            create_ms = created.as_secs_f64() * 1e3,
+            start_to_output_end_ms = (output_done - created).as_secs_f64() * 1e3,
+            inspect_ms = (started.elapsed() - output_done).as_secs_f64() * 1e3,
+            "exec timings"
+        );
         let (stdout, stdout_dropped) = stdout.finish();
         let (mut stderr, stderr_dropped) = stderr.finish();
         if exit_code == 137 && !timed_out {
