@@ -54,8 +54,24 @@ async fn second_load_comes_from_the_compile_cache_and_corruption_is_rebuilt() {
     }
     // Truncated entry: also rebuilt, and the plugin still works.
     std::fs::write(&entry, &bytes[..100]).unwrap();
-    let fourth = host_with_cache(&cache).load(manifest).await.unwrap();
+    let fourth = host_with_cache(&cache)
+        .load(manifest.clone())
+        .await
+        .unwrap();
     assert!(matches!(fourth.cache_outcome(), CacheOutcome::Rebuilt(_)));
+    // An entry whose recorded digest is gone is not trusted either.
+    let mut sidecar = entry.clone().into_os_string();
+    sidecar.push(".blake3");
+    std::fs::remove_file(&sidecar).unwrap();
+    match host_with_cache(&cache)
+        .load(manifest)
+        .await
+        .unwrap()
+        .cache_outcome()
+    {
+        CacheOutcome::Rebuilt(reason) => assert!(reason.contains("digest"), "{reason}"),
+        other => panic!("an entry without its digest was trusted: {other:?}"),
+    }
     let client = fourth.remote_client().unwrap();
     assert!(!client.exists("after-rebuild").await.unwrap());
     assert_eq!(

@@ -3,9 +3,19 @@
 //! milliseconds.
 //!
 //! Entries are keyed by the component's BLAKE3 digest plus a fingerprint of
-//! the engine (wasmtime version and every setting that affects code), and
-//! carry a BLAKE3 digest of their own payload. A truncated, corrupt or stale
-//! entry fails verification, is logged, deleted and rebuilt — never trusted.
+//! the engine (wasmtime version and every setting that affects code). An
+//! entry is the exact artifact `Component::serialize` produced
+//! (`<key>.cwasm`) beside a BLAKE3 digest of it (`<key>.cwasm.blake3`). A
+//! truncated, corrupt or stale entry fails verification, is logged, deleted
+//! and rebuilt — never trusted.
+//!
+//! A verified entry is mapped, not read: `Component::deserialize_file`
+//! maps the file and runs the code from that mapping, where reading it into
+//! memory first and deserializing the copy cost a 37 MB Python component
+//! 51 ms per load (BENCHMARKS.md). Entries are only ever replaced by an
+//! atomic rename (a new inode), so a mapping in use never sees its file
+//! change; writing into an entry in place while it is loaded is
+//! unsupported.
 
 use std::hash::Hasher;
 use std::io::Write;
@@ -14,8 +24,8 @@ use std::path::{Path, PathBuf};
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
-const MAGIC: &[u8; 8] = b"BERTHCW1";
-const HEADER: usize = MAGIC.len() + 32;
+/// Suffix of the file holding an entry's BLAKE3 digest (32 raw bytes).
+const DIGEST_SUFFIX: &str = "blake3";
 
 /// How a component was obtained.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,25 +128,21 @@ impl CompileCache {
                 CacheOutcome::Disabled,
             ));
         };
-        let rejected = match std::fs::read(&path) {
-            Ok(entry) => match verify(&entry) {
-                Ok(payload) => {
-                    // SAFETY: the payload was produced by `Component::serialize`
-                    // on an engine with the same fingerprint and its BLAKE3
-                    // digest matches, so it is exactly what we wrote.
-                    match unsafe { Component::deserialize(engine, payload) } {
-                        Ok(c) => return Ok((c, CacheOutcome::Hit)),
-                        Err(e) => Some(format!("wasmtime refused it: {e}")),
-                    }
-                }
-                Err(reason) => Some(reason),
+        let rejected = match verify(&path) {
+            // SAFETY: the file is a verified artifact of `serialize` from an
+            // engine with the same fingerprint, written by `store` below
+            // and only ever replaced by rename (see the module docs).
+            Ok(()) => match unsafe { Component::deserialize_file(engine, &path) } {
+                Ok(c) => return Ok((c, CacheOutcome::Hit)),
+                Err(e) => Some(format!("wasmtime refused it: {e}")),
             },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => Some(format!("unreadable: {e}")),
+            Err(Verdict::Absent) => None,
+            Err(Verdict::Rejected(reason)) => Some(reason),
         };
         if let Some(reason) = &rejected {
             tracing::warn!(entry = %path.display(), %reason, "discarding compile-cache entry");
             let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(digest_path(&path));
         }
         let component = Component::from_binary(engine, bytes)?;
         match component.serialize() {
@@ -155,15 +161,41 @@ impl CompileCache {
     }
 }
 
-fn verify(entry: &[u8]) -> Result<&[u8], String> {
-    if entry.len() < HEADER || &entry[..MAGIC.len()] != MAGIC {
-        return Err("not a berth compile-cache entry (bad header)".into());
+/// Why an entry cannot be used.
+enum Verdict {
+    /// There is no entry: a plain miss.
+    Absent,
+    /// There is one, but it must not be trusted (the reason).
+    Rejected(String),
+}
+
+fn digest_path(entry: &Path) -> PathBuf {
+    let mut name = entry.as_os_str().to_owned();
+    name.push(".");
+    name.push(DIGEST_SUFFIX);
+    PathBuf::from(name)
+}
+
+/// Checks the entry at `path` against its recorded digest, streaming the
+/// file through the hasher (no copy of the artifact is kept).
+fn verify(path: &Path) -> Result<(), Verdict> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Verdict::Absent),
+        Err(e) => return Err(Verdict::Rejected(format!("unreadable: {e}"))),
+    };
+    let recorded = std::fs::read(digest_path(path))
+        .map_err(|e| Verdict::Rejected(format!("no readable digest beside it ({e})")))?;
+    let mut hasher = blake3::Hasher::new();
+    hasher
+        .update_reader(file)
+        .map_err(|e| Verdict::Rejected(format!("unreadable: {e}")))?;
+    if hasher.finalize().as_bytes()[..] != recorded[..] {
+        return Err(Verdict::Rejected(
+            "payload digest mismatch (corrupt or truncated)".into(),
+        ));
     }
-    let payload = &entry[HEADER..];
-    if blake3::hash(payload).as_bytes() != &entry[MAGIC.len()..HEADER] {
-        return Err("payload digest mismatch (corrupt or truncated)".into());
-    }
-    Ok(payload)
+    Ok(())
 }
 
 fn store(path: &Path, payload: &[u8]) -> std::io::Result<()> {
@@ -171,9 +203,13 @@ fn store(path: &Path, payload: &[u8]) -> std::io::Result<()> {
         .parent()
         .ok_or_else(|| std::io::Error::other("cache entry has no parent directory"))?;
     std::fs::create_dir_all(dir)?;
+    // Digest first: a crash between the two renames leaves a digest that
+    // matches no artifact, which verification rejects and rebuilds.
+    let mut digest = tempfile::NamedTempFile::new_in(dir)?;
+    digest.write_all(blake3::hash(payload).as_bytes())?;
+    digest.as_file().sync_all()?;
+    digest.persist(digest_path(path)).map_err(|e| e.error)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(MAGIC)?;
-    tmp.write_all(blake3::hash(payload).as_bytes())?;
     tmp.write_all(payload)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
