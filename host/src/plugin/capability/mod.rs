@@ -33,6 +33,12 @@ impl PluginState {
     /// Builds the capabilities `grants` allow for plugin `name`.
     pub(crate) fn from_grants(name: &str, grants: &Grants) -> Result<Self, PluginError> {
         let mut wasi = WasiCtxBuilder::new();
+        // File operations run inline on the calling thread instead of a hop
+        // through tokio's blocking pool for every stat and open: a plugin
+        // call is already one task doing one thing, and the hop cost more
+        // than the syscall (BENCHMARKS.md). It must be set before the
+        // preopens: each directory takes the setting when it is added.
+        wasi.allow_blocking_current_thread(true);
         wasi.envs(&grants.env);
         filesystem::preopen(&mut wasi, name, &grants.dirs)?;
         log::route_stdio(&mut wasi, name);
@@ -40,11 +46,7 @@ impl PluginState {
         // Sockets stay off: the builder's defaults deny every address and
         // name lookup; outbound HTTP goes through `HttpGate` only.
         wasi.allow_ip_name_lookup(false);
-        // File operations run inline on the calling thread instead of a hop
-        // through tokio's blocking pool for every stat, open and chunk: a
-        // plugin call is already one task doing one thing, and the hop cost
-        // more than the syscall (measured in BENCHMARKS.md).
-        wasi.allow_blocking_current_thread(true);
+
         Ok(PluginState {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
