@@ -279,7 +279,8 @@ fn build_guests(root: &Path) -> Result<()> {
 /// The wit-bindgen CLI release the C guest's bindings are generated with.
 const WIT_BINDGEN_CLI: &str = "0.63.0";
 
-/// Builds `guest-examples/c-store`: `wit-bindgen c` bindings, clang for
+/// Builds `guest-examples/c-store`: `wit-bindgen c` bindings (world
+/// `fs-remote-client`), clang for
 /// wasm32-wasi with Debian's wasi-libc, then `wasm-tools component new`
 /// with the preview1 reactor adapter (wasi-libc speaks preview1). Installs
 /// whatever of that toolchain is missing.
@@ -321,10 +322,13 @@ fn build_c_guest(guests: &Path) -> Result<()> {
     let work = guests.join("target/c-store");
     let gen = work.join("gen");
     std::fs::create_dir_all(&work)?;
+    // The contract's world plus wasi:filesystem (../wit-fs): the store
+    // splices uploads into file streams instead of 4 KiB adapter writes.
+    let _ = std::fs::remove_dir_all(&gen);
     run(Command::new("wit-bindgen")
-        .args(["c", "--world", "remote-client-plugin", "--out-dir"])
+        .args(["c", "--world", "fs-remote-client", "--out-dir"])
         .arg(&gen)
-        .arg(guests.join("../wit")))?;
+        .arg(guests.join("wit-fs")))?;
     let core = work.join("c_store.core.wasm");
     run(Command::new("clang")
         .args([
@@ -339,8 +343,8 @@ fn build_c_guest(guests: &Path) -> Result<()> {
         .arg("-I")
         .arg(&gen)
         .arg(src.join("store.c"))
-        .arg(gen.join("remote_client_plugin.c"))
-        .arg(gen.join("remote_client_plugin_component_type.o"))
+        .arg(gen.join("fs_remote_client.c"))
+        .arg(gen.join("fs_remote_client_component_type.o"))
         .arg("-o")
         .arg(&core))?;
     let adapter = work.join("wasi_snapshot_preview1.reactor.wasm");
