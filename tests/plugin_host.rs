@@ -329,3 +329,85 @@ async fn an_http_request_outside_the_grant_is_refused() {
         other => panic!("expected a capability denial, got {other:?}"),
     }
 }
+
+/// A component built against another version of the contract, made with
+/// `wasm-tools component embed --dummy` from `wit/` with the version bumped.
+fn misversioned_component(dir: &std::path::Path) -> std::path::PathBuf {
+    let wit = dir.join("wit");
+    std::fs::create_dir_all(wit.join("deps/io")).unwrap();
+    let root = berth_tests::repo_root();
+    let contract = std::fs::read_to_string(root.join("wit/snapshot.wit")).unwrap();
+    assert!(contract.contains("berth:snapshot@0.1.0"));
+    std::fs::write(
+        wit.join("snapshot.wit"),
+        contract.replace("berth:snapshot@0.1.0", "berth:snapshot@0.2.0"),
+    )
+    .unwrap();
+    std::fs::copy(root.join("wit/deps/io/io.wit"), wit.join("deps/io/io.wit")).unwrap();
+    let core = dir.join("core.wasm");
+    let component = dir.join("v0_2.wasm");
+    for args in [
+        vec![
+            "component".into(),
+            "embed".into(),
+            "--dummy".into(),
+            wit.display().to_string(),
+            "-w".into(),
+            "remote-client-plugin".into(),
+            "-o".into(),
+            core.display().to_string(),
+        ],
+        vec![
+            "component".into(),
+            "new".into(),
+            core.display().to_string(),
+            "-o".into(),
+            component.display().to_string(),
+        ],
+    ] {
+        let status = std::process::Command::new("wasm-tools")
+            .args(&args)
+            .status()
+            .expect("wasm-tools is installed by `cargo xtask build-guests`");
+        assert!(status.success(), "wasm-tools {args:?} failed");
+    }
+    component
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_built_against_another_contract_version_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = misversioned_component(dir.path());
+    let host = host_with_cache(&dir.path().join("cache"));
+    let err = host
+        .load(PluginManifest::for_component(
+            &component,
+            World::RemoteClient,
+        ))
+        .await
+        .err()
+        .expect("a 0.2.0 plugin must not load into a 0.1.0 host");
+    match &err {
+        PluginError::ContractViolation { message, .. } => {
+            assert!(
+                message.contains("berth:snapshot/remote-client@0.2.0")
+                    && message.contains("@0.1.0")
+                    && message.contains("rebuild the plugin"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a contract violation, got {other:?}"),
+    }
+    // The CLI says the same for a bare component, and fails.
+    let out = std::process::Command::new(berth_tests::berth_bin())
+        .args(["plugin", "check"])
+        .arg(&component)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("berth:snapshot@0.2.0") && stderr.contains("rebuild the plugin"),
+        "{stderr}"
+    );
+}

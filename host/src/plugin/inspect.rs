@@ -66,7 +66,8 @@ pub async fn detect_world(host: &PluginHost, path: &Path) -> Result<World, Plugi
         (Some(_), Some(v)) => Err(PluginError::ContractViolation {
             plugin: path.display().to_string(),
             message: format!(
-                "built against berth:snapshot@{v}, but this host implements @{CONTRACT_VERSION}"
+                "built against berth:snapshot@{v}, but this host implements @{CONTRACT_VERSION}; \
+                 rebuild the plugin against wit/ from this version of Berth"
             ),
         }),
         _ => Err(PluginError::ContractViolation {
