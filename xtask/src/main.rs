@@ -285,7 +285,7 @@ const WIT_BINDGEN_CLI: &str = "0.63.0";
 /// with the preview1 reactor adapter (wasi-libc speaks preview1). Installs
 /// whatever of that toolchain is missing.
 fn build_c_guest(guests: &Path) -> Result<()> {
-    let bindgen_ok = output(Command::new("wit-bindgen").arg("--version"))
+    let bindgen_ok = output(Command::new(cargo_installed("wit-bindgen")).arg("--version"))
         .map(|v| v.contains(WIT_BINDGEN_CLI))
         .unwrap_or(false);
     if !bindgen_ok {
@@ -325,7 +325,7 @@ fn build_c_guest(guests: &Path) -> Result<()> {
     // The contract's world plus wasi:filesystem (../wit-fs): the store
     // splices uploads into file streams instead of 4 KiB adapter writes.
     let _ = std::fs::remove_dir_all(&gen);
-    run(Command::new("wit-bindgen")
+    run(Command::new(cargo_installed("wit-bindgen"))
         .args(["c", "--world", "fs-remote-client", "--out-dir"])
         .arg(&gen)
         .arg(guests.join("wit-fs")))?;
@@ -486,14 +486,20 @@ fn lint(root: &Path) -> Result<()> {
 /// to reach it.
 const GARAGE_DIR: &str = "/tmp/berth-garage";
 
-fn garage_bin() -> PathBuf {
-    if have("garage") {
-        return PathBuf::from("garage");
+/// A tool `cargo install` put in `~/.cargo/bin`, found even when that
+/// directory is not on PATH.
+fn cargo_installed(tool: &str) -> PathBuf {
+    if have(tool) {
+        return PathBuf::from(tool);
     }
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .unwrap_or_default();
-    home.join(".cargo/bin/garage")
+    home.join(".cargo/bin").join(tool)
+}
+
+fn garage_bin() -> PathBuf {
+    cargo_installed("garage")
 }
 
 fn garage(config: &Path, args: &[&str]) -> Result<String> {
