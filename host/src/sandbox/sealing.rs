@@ -71,13 +71,44 @@ pub struct Seal {
     pub size: u64,
 }
 
+/// What the hashing reader and writer keep of the bytes passing through:
+/// the running digest, the count, and whom to tell about progress.
+struct Tally {
+    hasher: SealHasher,
+    size: u64,
+    progress: Option<(super::Progress, &'static str)>,
+}
+
+impl Tally {
+    fn new(hasher: SealHasher) -> Self {
+        Tally {
+            hasher,
+            size: 0,
+            progress: None,
+        }
+    }
+
+    fn add(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+        self.size += bytes.len() as u64;
+        if let Some((p, op)) = &self.progress {
+            (p.0)(op, self.size);
+        }
+    }
+
+    fn seal(&self) -> Seal {
+        Seal {
+            digest: self.hasher.digest(),
+            size: self.size,
+        }
+    }
+}
+
 /// An `AsyncRead` that hashes what it yields.
 pub struct HashingReader<R> {
     inner: R,
-    hasher: SealHasher,
-    size: u64,
+    tally: Tally,
     out: Arc<Mutex<Option<Seal>>>,
-    progress: Option<(super::Progress, &'static str)>,
 }
 
 impl<R> HashingReader<R> {
@@ -87,10 +118,8 @@ impl<R> HashingReader<R> {
         (
             HashingReader {
                 inner,
-                hasher: SealHasher::for_new_seal(),
-                size: 0,
+                tally: Tally::new(SealHasher::for_new_seal()),
                 out: out.clone(),
-                progress: None,
             },
             out,
         )
@@ -102,7 +131,7 @@ impl<R> HashingReader<R> {
         progress: Option<super::Progress>,
         operation: &'static str,
     ) -> Self {
-        self.progress = progress.map(|p| (p, operation));
+        self.tally.progress = progress.map(|p| (p, operation));
         self
     }
 }
@@ -119,19 +148,11 @@ impl<R: AsyncRead + Unpin> AsyncRead for HashingReader<R> {
             Poll::Ready(Ok(())) => {
                 let fresh = &buf.filled()[before..];
                 if fresh.is_empty() {
-                    let digest = me.hasher.digest();
                     if let Ok(mut o) = me.out.lock() {
-                        *o = Some(Seal {
-                            digest,
-                            size: me.size,
-                        });
+                        *o = Some(me.tally.seal());
                     }
                 } else {
-                    me.hasher.update(fresh);
-                    me.size += fresh.len() as u64;
-                    if let Some((p, op)) = &me.progress {
-                        (p.0)(op, me.size);
-                    }
+                    me.tally.add(fresh);
                 }
                 Poll::Ready(Ok(()))
             }
@@ -143,9 +164,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for HashingReader<R> {
 /// An `AsyncWrite` into a spool file that hashes what it receives.
 pub struct HashingWriter<W> {
     inner: W,
-    hasher: SealHasher,
-    size: u64,
-    progress: Option<(super::Progress, &'static str)>,
+    tally: Tally,
 }
 
 impl<W> HashingWriter<W> {
@@ -154,9 +173,7 @@ impl<W> HashingWriter<W> {
     pub fn new(inner: W, expected: Option<&str>) -> Self {
         HashingWriter {
             inner,
-            hasher: SealHasher::matching(expected),
-            size: 0,
-            progress: None,
+            tally: Tally::new(SealHasher::matching(expected)),
         }
     }
 
@@ -166,16 +183,13 @@ impl<W> HashingWriter<W> {
         progress: Option<super::Progress>,
         operation: &'static str,
     ) -> Self {
-        self.progress = progress.map(|p| (p, operation));
+        self.tally.progress = progress.map(|p| (p, operation));
         self
     }
 
     /// The seal of everything written.
     pub fn seal(&self) -> Seal {
-        Seal {
-            digest: self.hasher.digest(),
-            size: self.size,
-        }
+        self.tally.seal()
     }
 }
 
@@ -188,11 +202,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for HashingWriter<W> {
         let me = &mut *self;
         match Pin::new(&mut me.inner).poll_write(cx, buf) {
             Poll::Ready(Ok(n)) => {
-                me.hasher.update(&buf[..n]);
-                me.size += n as u64;
-                if let Some((p, op)) = &me.progress {
-                    (p.0)(op, me.size);
-                }
+                me.tally.add(&buf[..n]);
                 Poll::Ready(Ok(n))
             }
             other => other,
