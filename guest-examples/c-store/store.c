@@ -178,8 +178,8 @@ void exports_berth_snapshot_remote_client_client_destructor(
     free(rep);
 }
 
-/// Opens the existing file at `path` (absolute, under a preopened
-/// directory) for writing through wasi:filesystem.
+/// Creates the file at `path` (absolute, under a preopened directory;
+/// it must not exist yet) for writing through wasi:filesystem.
 static bool open_for_splice(const char *path, wasi_filesystem_types_own_descriptor_t *file,
                             storage_error_t *err) {
     wasi_filesystem_preopens_list_tuple2_own_descriptor_string_t dirs;
@@ -205,11 +205,11 @@ static bool open_for_splice(const char *path, wasi_filesystem_types_own_descript
         wasi_filesystem_types_error_code_t code;
         ok = wasi_filesystem_types_method_descriptor_open_at(
             wasi_filesystem_types_borrow_descriptor(dirs.ptr[best].f0), 0, &name,
-            WASI_FILESYSTEM_TYPES_OPEN_FLAGS_TRUNCATE, WASI_FILESYSTEM_TYPES_DESCRIPTOR_FLAGS_WRITE,
-            file, &code);
+            WASI_FILESYSTEM_TYPES_OPEN_FLAGS_CREATE | WASI_FILESYSTEM_TYPES_OPEN_FLAGS_EXCLUSIVE,
+            WASI_FILESYSTEM_TYPES_DESCRIPTOR_FLAGS_WRITE, file, &code);
         if (!ok) {
             set_error(err, BERTH_SNAPSHOT_TYPES_STORAGE_ERROR_IO,
-                      "opening the upload file: wasi:filesystem error code %d", code);
+                      "creating the upload file: wasi:filesystem error code %d", code);
         }
     }
     // The list's free function releases the strings; the descriptors are
@@ -219,8 +219,9 @@ static bool open_for_splice(const char *path, wasi_filesystem_types_own_descript
     return ok;
 }
 
-/// Splices the host's archive into the file at `path` until the host closes
-/// the stream, then syncs the data. The bytes never enter guest memory.
+/// Creates the file at `path` and splices the host's archive into it until
+/// the host closes the stream, then syncs the data. The bytes never enter
+/// guest memory.
 static bool splice_input(wasi_io_streams_borrow_input_stream_t in, const char *path,
                          storage_error_t *err) {
     wasi_filesystem_types_own_descriptor_t file;
@@ -284,7 +285,6 @@ bool exports_berth_snapshot_remote_client_method_client_upload(
     size_t n = strlen(self->root) + strlen(id) + 64;
     char *temp = malloc(n);
     bool ok = false;
-    FILE *file = NULL;
     if (!temp) {
         set_error(err, BERTH_SNAPSHOT_TYPES_STORAGE_ERROR_OTHER, "out of memory");
         goto out;
@@ -300,18 +300,6 @@ bool exports_berth_snapshot_remote_client_method_client_upload(
         goto out;
     }
     snprintf(temp, n, "%s/.partial/%s.%016llx", self->root, id, (unsigned long long)nonce);
-    // Created (exclusively) through libc, filled through wasi:filesystem.
-    file = fopen(temp, "wbx");
-    if (!file) {
-        set_errno_error(err, "creating the upload file");
-        goto out;
-    }
-    int closed = fclose(file);
-    file = NULL;
-    if (closed != 0) {
-        set_errno_error(err, "creating the upload file");
-        goto out;
-    }
     if (!splice_input(wasi_io_streams_borrow_input_stream(data), temp, err)) goto out;
     if (rename(temp, target) != 0) {
         set_errno_error(err, "committing the upload");
@@ -319,7 +307,6 @@ bool exports_berth_snapshot_remote_client_method_client_upload(
     }
     ok = true;
 out:
-    if (file) fclose(file);
     if (!ok && temp) unlink(temp);
     free(temp);
     free(target);

@@ -163,12 +163,6 @@ impl PendingFile {
         })
     }
 
-    /// The file to write the data into.
-    pub fn file(&mut self) -> &mut File {
-        // `file` is only `None` after `commit`, which consumes `self`.
-        self.file.as_mut().unwrap_or_else(|| unreachable!())
-    }
-
     /// Fills the file from `input` until the host closes it, splicing host
     /// stream into file stream: the bytes never enter guest memory.
     pub fn fill_from(&mut self, input: &InputStream) -> Result<u64, CopyError> {

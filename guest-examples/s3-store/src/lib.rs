@@ -97,7 +97,7 @@ struct PartInFlight {
 
 /// Notes a retried request on the plugin's stderr, which the host routes to
 /// its log.
-fn tracing_note(message: &str) {
+fn log_to_host(message: &str) {
     eprintln!("s3-store: {message}");
 }
 
@@ -380,7 +380,7 @@ impl S3Store {
             Attempt::Done(resp) => resp,
             Attempt::Fail(e) => return Err(e),
             Attempt::Retry(why) => {
-                tracing_note(&format!("part {} retried: {why}", part.number));
+                log_to_host(&format!("part {} retried: {why}", part.number));
                 self.send(
                     Method::Put,
                     || {
