@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
+    BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
     StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
-use berth_tests::{container_id, docker_or_skip, sh, test_image};
+use berth_tests::{container_id, docker_or_skip, resume_from_json, sh, test_image};
 use bollard::query_parameters::{
     InspectContainerOptions, RemoveContainerOptionsBuilder, StopContainerOptions,
 };
@@ -29,17 +29,6 @@ fn workspace() -> WorkspaceSpec {
 }
 
 const LISTING: &str = "cd /workspace && find . -path ./tmp -prune -o \\( -type f -o -type l \\) -print | sort | xargs sha256sum";
-
-async fn resume(client: &SandboxClient, state: &SandboxState) -> Sandbox {
-    client
-        .resume(
-            SandboxState::from_json(&state.to_json()).unwrap(),
-            None,
-            SandboxOptions::default(),
-        )
-        .await
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn resume_in_every_case_restores_byte_identical() {
@@ -69,7 +58,7 @@ async fn resume_in_every_case_restores_byte_identical() {
 
     // Alive: reconnect, nothing re-created.
     let t = Instant::now();
-    let mut sb = resume(&client, &state).await;
+    let mut sb = resume_from_json(&client, &state).await;
     assert_eq!(sb.start().await.unwrap(), StartBranch::Reuse);
     println!("resume of a running container: {:?}", t.elapsed());
     assert_eq!(container_id(&sb.state()), id);
@@ -81,7 +70,7 @@ async fn resume_in_every_case_restores_byte_identical() {
         .await
         .unwrap();
     let t = Instant::now();
-    let mut sb = resume(&client, &state).await;
+    let mut sb = resume_from_json(&client, &state).await;
     assert_eq!(sb.start().await.unwrap(), StartBranch::Reuse);
     println!("resume of a stopped container: {:?}", t.elapsed());
     assert_eq!(container_id(&sb.state()), id);
@@ -96,7 +85,7 @@ async fn resume_in_every_case_restores_byte_identical() {
         .await
         .unwrap();
     let t = Instant::now();
-    let mut sb = resume(&client, &state).await;
+    let mut sb = resume_from_json(&client, &state).await;
     assert_eq!(
         sb.start().await.unwrap(),
         StartBranch::Rebuild { restored: true }

@@ -10,6 +10,7 @@ use berth::sandbox::{
     StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
+use berth_tests::resume_from_json;
 
 fn manifest(local_file: &Path) -> WorkspaceSpec {
     serde_json::from_value(serde_json::json!({
@@ -32,18 +33,6 @@ async fn run(sandbox: &Sandbox, cmd: &str) -> String {
         .unwrap();
     assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr);
     r.stdout
-}
-
-async fn resume(client: &SandboxClient, state: &SandboxState) -> Sandbox {
-    let json = state.to_json();
-    client
-        .resume(
-            SandboxState::from_json(&json).unwrap(),
-            None,
-            SandboxOptions::default(),
-        )
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -100,7 +89,7 @@ async fn four_start_branches_stop_and_resume() {
     assert!(root.join("agent.txt").is_file());
 
     // A: root ready and present → reuse; only ephemeral entries re-applied.
-    let mut sb = resume(&client, &state).await;
+    let mut sb = resume_from_json(&client, &state).await;
     assert_eq!(sb.start().await.unwrap(), StartBranch::Reuse);
     assert_eq!(
         run(&sb, "cat agent.txt cache/token").await,
@@ -109,7 +98,7 @@ async fn four_start_branches_stop_and_resume() {
 
     // B: root ready but gone → rebuilt from the snapshot.
     std::fs::remove_dir_all(&root).unwrap();
-    let mut sb = resume(&client, &state).await;
+    let mut sb = resume_from_json(&client, &state).await;
     assert_eq!(
         sb.start().await.unwrap(),
         StartBranch::Rebuild { restored: true }
@@ -139,7 +128,7 @@ async fn four_start_branches_stop_and_resume() {
     let mut lost = state.clone();
     lost.workspace_root_ready = false;
     std::fs::remove_dir_all(&root).unwrap();
-    let mut sb = resume(&client, &lost).await;
+    let mut sb = resume_from_json(&client, &lost).await;
     assert_eq!(sb.start().await.unwrap(), StartBranch::Restore);
     assert_eq!(run(&sb, "cat agent.txt").await, "agent-work\n");
 
@@ -192,7 +181,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     );
     derived.start().await.unwrap();
     derived.stop().await.unwrap();
-    let resumed = resume(&client, &derived.state()).await;
+    let resumed = resume_from_json(&client, &derived.state()).await;
     assert_eq!(resumed.state().snapshot.id, state.snapshot.id);
 
     // Invalid keys are refused with a clear error.
@@ -283,7 +272,7 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
         .unwrap()
         .success());
     std::fs::remove_dir_all(&root).unwrap();
-    let mut sb = resume(&client, &state).await;
+    let mut sb = resume_from_json(&client, &state).await;
     match sb.start().await {
         Err(SandboxError::DigestMismatch {
             expected, actual, ..

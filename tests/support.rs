@@ -205,6 +205,22 @@ pub async fn sh(sb: &berth::sandbox::Sandbox, cmd: &str) -> String {
     r.stdout
 }
 
+/// Resumes `state` the way a fresh process would: through its JSON text
+/// only, with default options.
+pub async fn resume_from_json(
+    client: &berth::sandbox::SandboxClient,
+    state: &berth::sandbox::SandboxState,
+) -> berth::sandbox::Sandbox {
+    client
+        .resume(
+            berth::sandbox::SandboxState::from_json(&state.to_json()).unwrap(),
+            None,
+            berth::sandbox::SandboxOptions::default(),
+        )
+        .await
+        .unwrap()
+}
+
 /// The container id of a Docker sandbox's state.
 pub fn container_id(state: &berth::sandbox::SandboxState) -> String {
     match &state.backend {
