@@ -11,7 +11,9 @@ use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{BackendSpec, SandboxClient, SandboxOptions, SnapshotSpec, StartBranch};
 use berth::workspace::WorkspaceSpec;
-use berth_tests::{container_id, docker_or_skip, docker_required, sh, test_image};
+use berth_tests::{
+    berth_bin, container_id, docker_or_skip, docker_required, sh, test_image, workspace_gen,
+};
 
 fn dockerd_pid() -> Option<u32> {
     let out = Command::new("pgrep")
@@ -104,6 +106,24 @@ async fn a_daemon_restart_mid_session_is_survived() {
     sh(&sb, "echo survived > f").await;
     let id = container_id(&sb.state());
 
+    // Beside it, a generated workspace driven through the CLI: stopped
+    // before the restart, resumed by a fresh `berth exec` after it.
+    let home = dir.path().join("home");
+    let berth = |args: &[&str]| {
+        let out = Command::new(berth_bin())
+            .env("BERTH_HOME", &home)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "berth {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let image = test_image();
+    berth(&["create", "gen", "--backend", "docker", "--image", &image]);
+    berth(&["exec", "gen", "--", &workspace_gen::script(21, 4 << 20)]);
+    let before = berth(&["exec", "gen", "--", workspace_gen::MANIFEST]);
+    berth(&["stop", "gen"]);
+
     restart_dockerd(pid);
     // While the daemon is down or the container stopped: a clear error, fast.
     let t = Instant::now();
@@ -140,4 +160,19 @@ async fn a_daemon_restart_mid_session_is_survived() {
     assert_eq!(container_id(&sb.state()), id);
     assert_eq!(sh(&sb, "cat f").await, "survived\n");
     sb.shutdown().await.unwrap();
+
+    berth(&["exec", "gen", "--", "true"]);
+    let gen: serde_json::Value = serde_json::from_str(&berth(&["inspect", "gen"])).unwrap();
+    let raw = Command::new("docker")
+        .args(["exec", "-w", "/workspace"])
+        .arg(gen["container_id"].as_str().unwrap())
+        .args(["sh", "-c", workspace_gen::MANIFEST])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&raw.stdout),
+        before,
+        "the generated workspace changed across the daemon restart"
+    );
+    berth(&["rm", "gen"]);
 }

@@ -9,23 +9,33 @@ use crate::plugin::PluginError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
     /// No archive is stored under the id.
-    #[error("not found: {0}")]
+    #[error("not found: {}", said(.0))]
     NotFound(String),
     /// The id breaks the id grammar.
-    #[error("invalid snapshot id: {0}")]
+    #[error("invalid snapshot id: {}", said(.0))]
     InvalidId(String),
     /// Grants or credentials do not allow the operation.
-    #[error("denied: {0}")]
+    #[error("denied: {}", said(.0))]
     Denied(String),
     /// Transient; the same call may succeed later.
-    #[error("unavailable (transient, retry later): {0}")]
+    #[error("unavailable (transient, retry later): {}", said(.0))]
     Unavailable(String),
     /// Reading or writing storage failed.
-    #[error("storage i/o failed: {0}")]
+    #[error("storage i/o failed: {}", said(.0))]
     Io(String),
     /// Anything else, including invalid configuration.
-    #[error("{0}")]
+    #[error("{}", said(.0))]
     Other(String),
+}
+
+/// A store's message, or a note that it gave none (rather than an empty
+/// string after a colon).
+fn said(message: &str) -> &str {
+    if message.trim().is_empty() {
+        "(the store gave no message)"
+    } else {
+        message
+    }
 }
 
 impl StorageError {
@@ -52,10 +62,10 @@ pub enum StoreError {
     #[error(transparent)]
     Plugin(#[from] PluginError),
     /// Reading the archive we were given failed; nothing was committed.
-    #[error("reading the archive to store failed: {0}")]
+    #[error("reading the archive to store failed")]
     Source(#[source] io::Error),
     /// Writing the archive to its destination failed.
-    #[error("writing the restored archive failed: {0}")]
+    #[error("writing the restored archive failed")]
     Sink(#[source] io::Error),
 }
 

@@ -8,7 +8,10 @@
 //! (reads a path outside its grant), `flood-stdout`, `sleep` (blocks in a
 //! host call); for `upload` only: `no-read` (returns success without
 //! reading), `half-read-error` (reads some, then fails), `ignore-stream-error`
-//! (swallows a broken input stream and reports success).
+//! (swallows a broken input stream and reports success); `empty-message`
+//! (every operation fails with an empty `other` message);
+//! `endless-download` (uploads are drained and dropped, `exists` says yes,
+//! and `download` writes zeros until the host stops reading).
 
 use std::hint::black_box;
 use std::io::Write;
@@ -65,6 +68,7 @@ impl Faulty {
                     hoard.push(black_box(block));
                 }
             }
+            "empty-message" => Err(StorageError::Other(String::new())),
             "huge-error" => Err(StorageError::Other("E".repeat(16 << 20))),
             "escape" => match std::fs::read("/etc/passwd") {
                 Ok(bytes) => Err(StorageError::Other(format!(
@@ -121,7 +125,14 @@ impl GuestClient for Faulty {
         }
     }
 
-    fn download(&self, id: String, _sink: OutputStream) -> Result<(), StorageError> {
+    fn download(&self, id: String, sink: OutputStream) -> Result<(), StorageError> {
+        if self.fault == "endless-download" {
+            let zeros = [0u8; 4096];
+            while sink.blocking_write_and_flush(&zeros).is_ok() {}
+            return Err(StorageError::Io(
+                "faulty-store: the host stopped reading".into(),
+            ));
+        }
         self.misbehave()?;
         Err(StorageError::NotFound(format!(
             "faulty-store keeps nothing ({id})"
@@ -130,7 +141,7 @@ impl GuestClient for Faulty {
 
     fn exists(&self, _id: String) -> Result<bool, StorageError> {
         self.misbehave()?;
-        Ok(false)
+        Ok(self.fault == "endless-download")
     }
 
     fn delete(&self, id: String) -> Result<(), StorageError> {

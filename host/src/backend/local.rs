@@ -72,6 +72,17 @@ impl Backend for LocalBackend {
         Ok(Provisioned::Existing)
     }
 
+    async fn instance_id(&self) -> Result<Option<String>, BackendError> {
+        use std::os::unix::fs::MetadataExt;
+        // A deleted and re-made directory is another workspace: its inode
+        // differs.
+        Ok(tokio::fs::metadata(&self.state.root_dir)
+            .await
+            .ok()
+            .filter(|m| m.is_dir())
+            .map(|m| format!("dir:{}:{}", m.dev(), m.ino())))
+    }
+
     async fn root_exists(&self) -> Result<bool, BackendError> {
         Ok(tokio::fs::metadata(&self.state.root_dir)
             .await

@@ -68,6 +68,23 @@ pub trait Backend: Send + Sync {
     /// the root is not the workspace.
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError>;
 
+    /// What holds the workspace right now: a container id, a directory's
+    /// identity; `None` when nothing does. The lifecycle records it when it
+    /// sets a workspace up and refuses to persist from another one.
+    async fn instance_id(&self) -> Result<Option<String>, BackendError>;
+
+    /// Suspends the sandbox's processes so that reading the workspace sees
+    /// one moment of it. Returns whether anything was suspended; by
+    /// default, nothing is (backends that cannot pause).
+    async fn freeze(&self) -> Result<bool, BackendError> {
+        Ok(false)
+    }
+
+    /// Resumes what [`Backend::freeze`] suspended. By default, nothing.
+    async fn thaw(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Whether the workspace root exists.
     async fn root_exists(&self) -> Result<bool, BackendError>;
 

@@ -10,7 +10,7 @@ use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
     BackendSpec, Progress, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
-    StateSink,
+    StateFile, StateLock, StateSink,
 };
 use berth::workspace::WorkspaceSpec;
 use berth::SnapshotId;
@@ -37,7 +37,14 @@ struct Saved {
     name: String,
     #[serde(default)]
     compression: bool,
+    /// Pause the container while `stop` reads the workspace.
+    #[serde(default = "yes")]
+    freeze: bool,
     state: SandboxState,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn state_path(home: &Path, name: &str) -> anyhow::Result<PathBuf> {
@@ -45,9 +52,16 @@ fn state_path(home: &Path, name: &str) -> anyhow::Result<PathBuf> {
     Ok(home.join("sandboxes").join(format!("{name}.json")))
 }
 
+/// Takes sandbox `name`'s lock: lifecycle commands hold it from before they
+/// read the state until after they wrote it, so parallel commands on one
+/// sandbox see each other's work instead of racing.
+async fn lock(home: &Path, name: &str) -> anyhow::Result<StateLock> {
+    Ok(StateFile::new(state_path(home, name)?).lock().await?)
+}
+
 fn load(home: &Path, name: &str) -> anyhow::Result<Saved> {
     let path = state_path(home, name)?;
-    let text = std::fs::read_to_string(&path).with_context(|| {
+    let text = StateFile::new(&path).read()?.with_context(|| {
         format!(
             "no sandbox named {name:?} (looked for {}); see `berth ls`",
             path.display()
@@ -59,31 +73,27 @@ fn load(home: &Path, name: &str) -> anyhow::Result<Saved> {
 /// Writes the state file atomically: temp file, fsync, rename.
 fn save(home: &Path, saved: &Saved) -> anyhow::Result<()> {
     let path = state_path(home, &saved.name)?;
-    let dir = path.parent().context("state path has no parent")?;
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    use std::io::Write;
-    tmp.write_all(serde_json::to_string_pretty(saved)?.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(&path).map_err(|e| e.error)?;
+    StateFile::new(path).write(&serde_json::to_string_pretty(saved)?)?;
     Ok(())
 }
 
 /// Options for a CLI sandbox: the state file is rewritten (atomically)
 /// whenever the lifecycle says a crash must not lose the moment.
-fn options(home: &Path, name: &str, compression: bool) -> SandboxOptions {
+fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxOptions {
     let home = home.to_path_buf();
     let name = name.to_string();
     let sink = move |state: &SandboxState| {
         let saved = Saved {
             name: name.clone(),
             compression,
+            freeze,
             state: state.clone(),
         };
         save(&home, &saved).map_err(|e| format!("{e:#}"))
     };
     SandboxOptions {
         compression,
+        freeze_during_stop: freeze,
         state_sink: Some(StateSink(std::sync::Arc::new(sink))),
         progress: progress_bar(),
         ..SandboxOptions::default()
@@ -115,7 +125,7 @@ async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {
         .resume(
             saved.state.clone(),
             None,
-            options(home, &saved.name, saved.compression),
+            options(home, &saved.name, saved.compression, saved.freeze),
         )
         .await?)
 }
@@ -186,6 +196,10 @@ pub struct CreateArgs {
     /// --run-arg=--cap-add --run-arg=NET_ADMIN).
     #[arg(long = "run-arg", allow_hyphen_values = true)]
     run_args: Vec<String>,
+    /// Do not pause the container while `stop` reads the workspace (by
+    /// default it is paused, so the snapshot is one moment of it).
+    #[arg(long)]
+    no_freeze: bool,
     /// Create without starting.
     #[arg(long)]
     no_start: bool,
@@ -197,6 +211,7 @@ pub struct CreateArgs {
 pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
     let path = state_path(&home, &args.name)?;
+    let _lock = lock(&home, &args.name).await?;
     if path.exists() {
         bail!(
             "a sandbox named {:?} exists already; `berth rm {}` first or pick another name",
@@ -215,7 +230,7 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     };
     let snapshot = parse_snapshot(&args.snapshot, &home)?;
     let client = SandboxClient::new(&home);
-    let opts = options(&home, &args.name, args.compress);
+    let opts = options(&home, &args.name, args.compress, !args.no_freeze);
     let backend = match args.backend.as_str() {
         "docker" => {
             let image = args
@@ -260,15 +275,26 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             opts,
         )
         .await?;
-    if !args.no_start {
-        sandbox.start().await?;
-    }
+    let started = if args.no_start {
+        Ok(())
+    } else {
+        sandbox.start().await.map(|_| ())
+    };
     let saved = Saved {
         name: args.name.clone(),
         compression: args.compress,
+        freeze: !args.no_freeze,
         state: sandbox.state(),
     };
+    // Saved even when start failed: what start made (a container) stays
+    // known, so `berth start` can retry and `berth rm` can clean it up.
     save(&home, &saved)?;
+    if let Err(e) = started {
+        return Err(anyhow::Error::new(e).context(format!(
+            "{} was created but did not start; `berth start {}` retries, `berth rm {}` removes it",
+            args.name, args.name, args.name
+        )));
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&saved.state)?);
     } else {
@@ -287,6 +313,7 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
 /// `berth start NAME`.
 pub async fn start(name: &str) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
+    let _lock = lock(&home, name).await?;
     let mut saved = load(&home, name)?;
     let mut sandbox = resume(&home, &saved).await?;
     let result = sandbox.start().await;
@@ -318,11 +345,15 @@ pub struct ExecArgs {
 
 pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
+    let lock = lock(&home, &args.name).await?;
     let mut saved = load(&home, &args.name)?;
     let mut sandbox = resume(&home, &saved).await?;
-    sandbox.attach().await?;
+    let attached = sandbox.attach().await;
     saved.state = sandbox.state();
     save(&home, &saved)?;
+    attached?;
+    // The sandbox is up: commands on it may run in parallel.
+    drop(lock);
     let mut request = ExecRequest::new(
         args.command.join(" "),
         Duration::from_secs_f64(args.timeout),
@@ -358,10 +389,13 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
 /// `berth stop NAME`.
 pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
+    let _lock = lock(&home, name).await?;
     let mut saved = load(&home, name)?;
     let mut sandbox = resume(&home, &saved).await?;
-    sandbox.attach().await?;
-    let result = sandbox.stop().await;
+    let result = match sandbox.attach().await {
+        Ok(_) => sandbox.stop().await,
+        Err(e) => Err(e),
+    };
     saved.state = sandbox.state();
     save(&home, &saved)?;
     result?;
@@ -379,6 +413,7 @@ pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
 /// `berth rm NAME`: stop (persist), destroy what it owns, forget it.
 pub async fn rm(name: &str, force: bool) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
+    let _lock = lock(&home, name).await?;
     let saved = load(&home, name)?;
     let path = state_path(&home, name)?;
     let mut sandbox = resume(&home, &saved).await?;
@@ -396,7 +431,7 @@ pub async fn rm(name: &str, force: bool) -> anyhow::Result<ExitCode> {
         }
         eprintln!("berth: {e} (removing anyway: --force)");
     }
-    std::fs::remove_file(&path)?;
+    StateFile::new(&path).remove()?;
     println!("removed {name}");
     Ok(ExitCode::SUCCESS)
 }
@@ -461,9 +496,13 @@ pub async fn inspect(name: &str) -> anyhow::Result<ExitCode> {
 /// `berth persist NAME --out FILE`: the workspace as a tar file.
 pub async fn persist(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let saved = load(&home, name)?;
+    let _lock = lock(&home, name).await?;
+    let mut saved = load(&home, name)?;
     let mut sandbox = resume(&home, &saved).await?;
-    sandbox.attach().await?;
+    let attached = sandbox.attach().await;
+    saved.state = sandbox.state();
+    save(&home, &saved)?;
+    attached?;
     let mut stream = sandbox.persist_workspace().await?;
     let tmp = out.with_extension("partial");
     let mut file = tokio::fs::File::create(&tmp)
@@ -487,9 +526,13 @@ pub async fn persist(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
 /// whole archive passed the hydrate policy.
 pub async fn hydrate(name: &str, file: &Path) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let saved = load(&home, name)?;
+    let _lock = lock(&home, name).await?;
+    let mut saved = load(&home, name)?;
     let mut sandbox = resume(&home, &saved).await?;
-    sandbox.attach().await?;
+    let attached = sandbox.attach().await;
+    saved.state = sandbox.state();
+    save(&home, &saved)?;
+    attached?;
     let mut f = tokio::fs::File::open(file)
         .await
         .with_context(|| format!("opening {}", file.display()))?;

@@ -1,14 +1,27 @@
 //! The lifecycle engine: one implementation of create, resume, start, exec,
 //! stop, shutdown and close, shared by every backend.
 //!
-//! Stop, in one line: backend tar stream → (zstd) → SHA-256 seal → snapshot
-//! `persist` → store. Restore: snapshot `restore` → spool file (digest
-//! verified) → hydrate policy over the whole archive → clean copy → backend
-//! archive upload.
+//! Stop, in one line: lineage check → freeze → backend tar stream → (zstd)
+//! → BLAKE3 seal → snapshot `persist` → store → thaw. Restore: snapshot
+//! `restore` → spool file (capped at the recorded size, digest verified) →
+//! hydrate policy over the whole archive → clean copy → backend archive
+//! upload.
+//!
+//! # Nothing lost
+//!
+//! A stop never replaces a snapshot with a workspace that did not come from
+//! it. The state records the workspace's [`WorkspaceLineage`]: the backend
+//! instance that holds it (a container id, a directory's identity) and the
+//! snapshot it was restored from or last persisted as. Each resume calls
+//! [`Backend::ensure_running`] once and carries its answer through the start
+//! branches, so a sandbox the backend had to create from nothing is always
+//! restored; and [`Sandbox::stop`] refuses to persist a workspace whose
+//! lineage does not match the snapshot it would replace.
 
 pub mod sealing;
 pub mod snapshot_binding;
 pub mod state;
+pub mod state_file;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +30,8 @@ use std::time::Duration;
 use tokio::io::AsyncRead;
 
 pub use snapshot_binding::SnapshotSpec;
-pub use state::{BackendState, SandboxState, SnapshotState};
+pub use state::{BackendState, SandboxState, SnapshotState, WorkspaceLineage};
+pub use state_file::{StateFile, StateLock};
 
 use crate::backend::{Backend, BackendError, ExecRequest, ExecResult, Provisioned};
 use crate::plugin::{PluginError, PluginHost};
@@ -39,7 +53,7 @@ pub enum SandboxError {
     #[error(transparent)]
     Archive(#[from] ArchiveError),
     /// The snapshot store failed.
-    #[error("snapshot store: {0}")]
+    #[error("snapshot store")]
     Store(#[from] StoreError),
     /// The backend failed.
     #[error(transparent)]
@@ -71,8 +85,34 @@ pub enum SandboxError {
     /// Invalid or inconsistent state.
     #[error("sandbox state: {0}")]
     State(String),
+    /// The store sent more bytes than the snapshot holds: reading stopped
+    /// there, nothing was extracted.
+    #[error("snapshot {id}: the store sent more than the {limit} bytes {why}; reading stopped and nothing was extracted (the store is misbehaving or holds another archive)")]
+    SnapshotOverrun {
+        /// The snapshot.
+        id: String,
+        /// The cap that was hit.
+        limit: u64,
+        /// Where the cap came from.
+        why: &'static str,
+    },
+    /// An archive given to hydrate is larger than the archive limit.
+    #[error("the archive is larger than {limit} bytes (ArchiveLimits); nothing was extracted")]
+    ArchiveTooLarge {
+        /// The cap that was hit.
+        limit: u64,
+    },
+    /// A stop was refused because the workspace did not come from the
+    /// snapshot it would replace.
+    #[error("refusing to persist over snapshot {id}: {reason}. The snapshot was left as it was; `berth start` (or Sandbox::start) restores it into the sandbox")]
+    LineageMismatch {
+        /// The snapshot that was protected.
+        id: String,
+        /// What happened.
+        reason: String,
+    },
     /// Host-side file work (spooling) failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What was being done.
         what: &'static str,
@@ -139,6 +179,10 @@ pub struct SandboxOptions {
     pub compression: bool,
     /// Where restores are spooled (default: the system temp dir).
     pub spool_dir: Option<PathBuf>,
+    /// Pause the sandbox's processes while `stop` reads the workspace, so
+    /// the snapshot is one moment of it rather than a smear of a running
+    /// agent's writes. By default, on (backends that cannot pause ignore it).
+    pub freeze_during_stop: bool,
 }
 
 impl Default for SandboxOptions {
@@ -150,6 +194,7 @@ impl Default for SandboxOptions {
             limits: ArchiveLimits::default(),
             compression: false,
             spool_dir: None,
+            freeze_during_stop: true,
         }
     }
 }
@@ -218,7 +263,23 @@ impl Sandbox {
     /// Starts the sandbox, choosing one of four branches. A failure leaves
     /// `workspace_root_ready = false`.
     pub async fn start(&mut self) -> Result<StartBranch, SandboxError> {
-        match self.start_branches().await {
+        let provisioned = match self.backend.ensure_running().await {
+            Ok(p) => p,
+            Err(e) => {
+                self.running = false;
+                return Err(e.into());
+            }
+        };
+        self.start_provisioned(provisioned).await
+    }
+
+    /// The start branches, given what the one `ensure_running` of this
+    /// resume did.
+    async fn start_provisioned(
+        &mut self,
+        provisioned: Provisioned,
+    ) -> Result<StartBranch, SandboxError> {
+        match self.start_branches(provisioned).await {
             Ok(branch) => {
                 self.state.workspace_root_ready = true;
                 self.running = true;
@@ -233,17 +294,23 @@ impl Sandbox {
         }
     }
 
-    async fn start_branches(&mut self) -> Result<StartBranch, SandboxError> {
+    async fn start_branches(
+        &mut self,
+        provisioned: Provisioned,
+    ) -> Result<StartBranch, SandboxError> {
         self.state.manifest.validate()?;
-        let provisioned = self.backend.ensure_running().await?;
-        let root_exists =
-            provisioned == Provisioned::Existing && self.backend.root_exists().await?;
-        if self.state.workspace_root_ready && root_exists {
+        if self.state.workspace_root_ready && self.workspace_is_ours(provisioned).await? {
             self.apply_entries(Selection::EphemeralOnly).await?;
             return Ok(StartBranch::Reuse);
         }
         let restorable =
             self.snapshot.persistence_enabled() && self.snapshot.is_restorable().await?;
+        if !restorable && self.state.snapshot.digest.is_some() {
+            tracing::warn!(snapshot = %self.state.snapshot.id,
+                "this sandbox persisted a snapshot that its store no longer has; starting from the manifest");
+            self.state.snapshot.digest = None;
+            self.state.snapshot.size = None;
+        }
         self.backend.prepare_root().await?;
         let was_ready = self.state.workspace_root_ready;
         if restorable {
@@ -252,6 +319,14 @@ impl Sandbox {
         } else {
             self.apply_entries(Selection::All).await?;
         }
+        self.state.lineage = Some(WorkspaceLineage {
+            instance: self.backend.instance_id().await?,
+            snapshot_digest: if restorable {
+                self.state.snapshot.digest.clone()
+            } else {
+                None
+            },
+        });
         Ok(match (was_ready, restorable) {
             (true, restored) => StartBranch::Rebuild { restored },
             (false, true) => StartBranch::Restore,
@@ -259,19 +334,49 @@ impl Sandbox {
         })
     }
 
+    /// Whether the backend still holds the workspace this sandbox set up:
+    /// not created from nothing by this resume, its root present, and the
+    /// same instance the lineage records. State from versions without a
+    /// lineage adopts the current instance.
+    async fn workspace_is_ours(&mut self, provisioned: Provisioned) -> Result<bool, SandboxError> {
+        if provisioned == Provisioned::Created || !self.backend.root_exists().await? {
+            return Ok(false);
+        }
+        let current = self.backend.instance_id().await?;
+        match &self.state.lineage {
+            Some(lineage) if lineage.instance == current => Ok(true),
+            Some(lineage) => {
+                tracing::warn!(recorded = ?lineage.instance, found = ?current,
+                    "the workspace is held by another instance than the one it was set up in; treating it as gone");
+                Ok(false)
+            }
+            None => {
+                self.state.lineage = Some(WorkspaceLineage {
+                    instance: current,
+                    snapshot_digest: self.state.snapshot.digest.clone(),
+                });
+                Ok(true)
+            }
+        }
+    }
+
     /// Reconnects to a started sandbox without re-applying anything, when
-    /// its root is ready and present; otherwise runs [`Sandbox::start`].
-    /// For callers (like the CLI) that resume a sandbox for each command.
+    /// its workspace is still the one it set up; otherwise runs the start
+    /// branches (restoring from the snapshot when there is one). For
+    /// callers (like the CLI) that resume a sandbox for each command.
     pub async fn attach(&mut self) -> Result<StartBranch, SandboxError> {
-        let provisioned = self.backend.ensure_running().await?;
-        if self.state.workspace_root_ready
-            && provisioned == Provisioned::Existing
-            && self.backend.root_exists().await?
-        {
+        let provisioned = match self.backend.ensure_running().await {
+            Ok(p) => p,
+            Err(e) => {
+                self.running = false;
+                return Err(e.into());
+            }
+        };
+        if self.state.workspace_root_ready && self.workspace_is_ours(provisioned).await? {
             self.running = true;
             return Ok(StartBranch::Attached);
         }
-        self.start().await
+        self.start_provisioned(provisioned).await
     }
 
     async fn apply_entries(&mut self, selection: Selection) -> Result<(), SandboxError> {
@@ -306,20 +411,24 @@ impl Sandbox {
         archive: &mut (dyn AsyncRead + Unpin + Send),
     ) -> Result<ArchiveStats, SandboxError> {
         let spool = self.spool_file()?;
-        let mut file =
+        let file =
             tokio::fs::File::create(spool.path())
                 .await
                 .map_err(|e| SandboxError::Io {
                     what: "creating the spool file",
                     source: e,
                 })?;
-        tokio::io::copy(archive, &mut file)
-            .await
-            .map_err(|e| SandboxError::Io {
-                what: "spooling the archive",
-                source: e,
-            })?;
-        drop(file);
+        let limit = self.options.limits.max_stream_bytes();
+        let mut capped = CappedWriter::new(file, limit);
+        let copied = tokio::io::copy(archive, &mut capped).await;
+        if capped.overran() {
+            return Err(SandboxError::ArchiveTooLarge { limit });
+        }
+        copied.map_err(|e| SandboxError::Io {
+            what: "spooling the archive",
+            source: e,
+        })?;
+        drop(capped);
         self.extract_spooled(spool.path()).await
     }
 
@@ -358,6 +467,19 @@ impl Sandbox {
         let deadline = self.options.archive_deadline;
         let spool = self.spool_file()?;
         let id = self.snapshot.id().to_string();
+        // Never read more than was persisted: the recorded size, when the
+        // state knows it for sure; otherwise the archive limit.
+        let (cap, why) = match (
+            &self.state.snapshot.digest,
+            self.state.snapshot.size,
+            self.state.snapshot.persist_pending,
+        ) {
+            (Some(_), Some(size), false) => (size, "recorded when it was persisted"),
+            _ => (
+                self.options.limits.max_stream_bytes(),
+                "of the archive limit (no size was recorded)",
+            ),
+        };
         let fetched = tokio::time::timeout(deadline, async {
             let file =
                 tokio::fs::File::create(spool.path())
@@ -366,10 +488,20 @@ impl Sandbox {
                         what: "creating the spool file",
                         source: e,
                     })?;
+            let capped = CappedWriter::new(file, cap);
+            let overran = capped.flag();
             let mut writer =
-                sealing::HashingWriter::new(file, self.state.snapshot.digest.as_deref())
+                sealing::HashingWriter::new(capped, self.state.snapshot.digest.as_deref())
                     .with_progress(self.options.progress.clone(), "restore");
-            self.snapshot.restore(&mut writer).await?;
+            let restored = self.snapshot.restore(&mut writer).await;
+            if overran.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(SandboxError::SnapshotOverrun {
+                    id: id.clone(),
+                    limit: cap,
+                    why,
+                });
+            }
+            restored?;
             Ok::<_, SandboxError>(writer.seal())
         })
         .await
@@ -422,24 +554,73 @@ impl Sandbox {
                 "the workspace was never set up, so there is nothing to persist; start the sandbox first".into(),
             ));
         }
+        self.check_lineage().await?;
         // Crash safety: the state says a persist is under way before the
         // store can commit, so a kill between the store's commit and the
         // state write below is recognised on restore (see `restore`).
         self.state.snapshot.persist_pending = true;
         self.save_state()?;
         let deadline = self.options.archive_deadline;
-        let seal = tokio::time::timeout(deadline, self.persist_into_snapshot())
+        let frozen = if self.options.freeze_during_stop {
+            self.backend.freeze().await?
+        } else {
+            false
+        };
+        let persisted = tokio::time::timeout(deadline, self.persist_into_snapshot())
             .await
             .map_err(|_| SandboxError::Deadline {
                 operation: "persist",
                 seconds: deadline.as_secs(),
-            })??;
+            });
+        if frozen {
+            if let Err(e) = self.backend.thaw().await {
+                tracing::warn!(error = %e, "resuming the sandbox's processes after the snapshot failed; the next command resumes them");
+            }
+        }
+        let seal = persisted??;
+        if let Some(lineage) = self.state.lineage.as_mut() {
+            lineage.snapshot_digest = Some(seal.digest.clone());
+        }
         self.state.snapshot.digest = Some(seal.digest);
         self.state.snapshot.size = Some(seal.size);
         self.state.snapshot.compression = self.options.compression.then(|| "zstd".to_string());
         self.state.snapshot.persist_pending = false;
         self.save_state()?;
         self.running = false;
+        Ok(())
+    }
+
+    /// Refuses a stop whose workspace did not come from the snapshot it
+    /// would replace (see the module docs).
+    async fn check_lineage(&self) -> Result<(), SandboxError> {
+        let id = self.state.snapshot.id.to_string();
+        let Some(lineage) = &self.state.lineage else {
+            // State from a version that recorded no lineage: nothing to
+            // compare against (attach adopts one).
+            return Ok(());
+        };
+        if let Some(recorded) = &self.state.snapshot.digest {
+            if lineage.snapshot_digest.as_ref() != Some(recorded) {
+                return Err(SandboxError::LineageMismatch {
+                    id,
+                    reason: match &lineage.snapshot_digest {
+                        None => "the workspace was set up from the manifest, not restored from this snapshot".into(),
+                        Some(d) => format!("the workspace descends from {d}, not from the snapshot's {recorded}"),
+                    },
+                });
+            }
+        }
+        let current = self.backend.instance_id().await?;
+        if lineage.instance != current {
+            return Err(SandboxError::LineageMismatch {
+                id,
+                reason: format!(
+                    "the workspace was set up in {} but the sandbox is now {} (re-created or replaced behind Berth's back)",
+                    lineage.instance.as_deref().unwrap_or("nothing"),
+                    current.as_deref().unwrap_or("gone"),
+                ),
+            });
+        }
         Ok(())
     }
 
@@ -581,6 +762,7 @@ impl SandboxClient {
             manifest: workspace,
             snapshot: snap_state,
             workspace_root_ready: false,
+            lineage: None,
         };
         Ok(Sandbox::new(state, backend, snap, options))
     }
@@ -615,6 +797,71 @@ impl SandboxClient {
         let mut state = state;
         state.snapshot = snap_state;
         Ok(Sandbox::new(state, backend, snap, options))
+    }
+}
+
+/// An `AsyncWrite` that refuses to write more than `limit` bytes in all,
+/// remembering that it did.
+struct CappedWriter<W> {
+    inner: W,
+    written: u64,
+    limit: u64,
+    overran: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<W> CappedWriter<W> {
+    fn new(inner: W, limit: u64) -> Self {
+        CappedWriter {
+            inner,
+            written: 0,
+            limit,
+            overran: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        }
+    }
+
+    fn flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.overran.clone()
+    }
+
+    fn overran(&self) -> bool {
+        self.overran.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CappedWriter<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.written.saturating_add(buf.len() as u64) > self.limit {
+            self.overran
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                "more than {} bytes",
+                self.limit
+            ))));
+        }
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &polled {
+            this.written += *n as u64;
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

@@ -63,6 +63,22 @@ pub enum BackendState {
     Docker(crate::backend::docker::DockerState),
 }
 
+/// Where the running workspace came from. A stop may only replace the
+/// snapshot with a workspace that descends from it (see
+/// [`crate::sandbox::Sandbox::stop`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceLineage {
+    /// The backend instance that held the workspace when it was set up:
+    /// a Docker container id, or the local directory's device and inode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// The snapshot digest the workspace was restored from or last
+    /// persisted as; `None` when it was set up from the manifest while no
+    /// snapshot existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_digest: Option<String>,
+}
+
 /// The whole state of a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxState {
@@ -78,6 +94,10 @@ pub struct SandboxState {
     /// Whether the workspace root was set up (entries applied or restored).
     #[serde(default)]
     pub workspace_root_ready: bool,
+    /// Where the running workspace came from (absent in state written by
+    /// versions before 0.2, and before the first start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<WorkspaceLineage>,
 }
 
 impl SandboxState {

@@ -7,16 +7,19 @@
 //! content is written:
 //!
 //! - paths are relative; absolute paths and `..` components are refused;
-//! - only regular files, directories, symlinks and hardlinks are allowed:
-//!   device nodes, fifos, sparse and unknown entry types are refused;
+//! - only regular files (sparse ones included), directories, symlinks and
+//!   hardlinks are allowed: device nodes, fifos and unknown entry types are
+//!   refused. A GNU sparse entry is re-emitted as a regular file of its full
+//!   size; extraction on the local backend turns runs of zero blocks back
+//!   into holes, so whatever [`pack_dir`] writes, the filter accepts;
 //! - no entry may be written *through* a symlink the archive created (e.g.
 //!   `link -> /etc` followed by `link/passwd`), nor replace such a symlink;
 //! - symlinks themselves are kept, whatever they point at (virtualenvs need
 //!   links out of the workspace), and are never followed during extraction;
 //! - a hardlink must point at a regular file earlier in the same archive;
 //! - setuid, setgid and sticky bits are stripped (mode & 0o777);
-//! - the declared sizes and the entry count are capped
-//!   ([`ArchiveLimits`]), so a size bomb is refused from its header.
+//! - the declared sizes (a sparse file's full size) and the entry count are
+//!   capped ([`ArchiveLimits`]), so a size bomb is refused from its header.
 //!
 //! [`filter`] enforces this and re-emits a clean archive; the sandbox runs it
 //! once over a spooled copy to validate the whole archive, then again while
@@ -44,6 +47,18 @@ impl Default for ArchiveLimits {
             max_bytes: 64 << 30,
             max_entries: 2_000_000,
         }
+    }
+}
+
+impl ArchiveLimits {
+    /// The most bytes a tar stream within these limits can take: the
+    /// content limit plus room for each entry's headers. Streams from
+    /// outside (a user's file, a store without a recorded size) are read up
+    /// to this and no further.
+    pub fn max_stream_bytes(&self) -> u64 {
+        self.max_bytes
+            .saturating_add(self.max_entries.saturating_mul(3 * 512))
+            .saturating_add(1024)
     }
 }
 
@@ -90,7 +105,7 @@ pub enum ArchiveError {
     #[error("archive is not a valid tar stream: {0}")]
     Corrupt(String),
     /// Reading the source or writing the destination failed.
-    #[error("archive i/o failed: {0}")]
+    #[error("archive i/o failed")]
     Io(#[from] io::Error),
 }
 
@@ -169,12 +184,13 @@ pub fn filter<R: Read, W: Write>(
         }
         let header = entry.header().clone();
         let kind = header.entry_type();
-        let size = header.entry_size().map_err(corrupt)?;
+        // The entry's full size: for a GNU sparse entry, holes included.
+        let size = entry.size();
         let mode = header.mode().map_err(corrupt)? & 0o777;
         let mtime = header.mtime().unwrap_or(0);
         use tar::EntryType as T;
         match kind {
-            T::Regular | T::Continuous => {
+            T::Regular | T::Continuous | T::GNUSparse => {
                 stats.bytes = stats.bytes.saturating_add(size);
                 if stats.bytes > limits.max_bytes {
                     return Err(ArchiveError::TooLarge(limits.max_bytes));
@@ -256,7 +272,6 @@ pub fn filter<R: Read, W: Write>(
             T::Char => return Err(special(&raw, "character device")),
             T::Block => return Err(special(&raw, "block device")),
             T::Fifo => return Err(special(&raw, "fifo")),
-            T::GNUSparse => return Err(special(&raw, "sparse file")),
             _ => return Err(special(&raw, "special or unknown entry type")),
         }
     }
@@ -274,91 +289,251 @@ fn special(raw: &[u8], kind: &'static str) -> ArchiveError {
 }
 
 /// Streams a tar of `root` (paths relative to `.`), leaving out `exclude`
-/// (relative paths; a directory excludes its whole subtree). Symlinks are
-/// archived as links, never followed. Runs on a blocking thread; errors
-/// reach the reader.
+/// (relative paths; a directory excludes its whole subtree). Entries come in
+/// sorted order. Symlinks are archived as links, never followed; sparse
+/// files as GNU sparse entries (holes are not stored); a file with several
+/// names in the workspace as its first name plus hardlink entries, as GNU
+/// tar does. Runs on a blocking thread; errors reach the reader.
 pub fn pack_dir(root: PathBuf, exclude: Vec<PathBuf>) -> PipeReader {
     let (writer, reader) = byte_pipe::pipe();
     tokio::task::spawn_blocking(move || {
-        let mut builder = tar::Builder::new(writer);
-        builder.follow_symlinks(false);
-        let result =
-            walk(&mut builder, &root, Path::new(""), &exclude).and_then(|()| builder.finish());
-        match (result, builder.into_inner()) {
-            (Ok(()), Ok(w)) => {
-                let _ = w.finish();
+        let mut writer = writer;
+        match write_tar(&root, &exclude, &mut writer) {
+            Ok(()) => {
+                let _ = writer.finish();
             }
-            (Err(e), Ok(w)) => w.fail(e),
-            (_, Err(e)) => tracing::warn!(error = %e, "archive writer failed"),
+            Err(e) => writer.fail(e),
         }
     });
     reader
 }
 
-fn walk<W: Write>(
-    builder: &mut tar::Builder<W>,
-    root: &Path,
-    rel: &Path,
-    exclude: &[PathBuf],
-) -> io::Result<()> {
-    let dir = root.join(rel);
-    let mut names: Vec<_> = std::fs::read_dir(&dir)?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<Result<_, _>>()?;
-    names.sort();
-    for name in names {
-        let rel_path = rel.join(&name);
-        if exclude.iter().any(|x| rel_path.starts_with(x)) {
-            continue;
+/// The blocking core of [`pack_dir`]: writes the tar of `root` to `sink`.
+pub fn write_tar<W: Write>(root: &Path, exclude: &[PathBuf], sink: W) -> io::Result<()> {
+    let mut builder = tar::Builder::new(sink);
+    builder.follow_symlinks(false);
+    let mut walker = Walker {
+        root,
+        exclude,
+        first_names: std::collections::HashMap::new(),
+    };
+    walker.walk(&mut builder, Path::new(""))?;
+    builder.into_inner()?.flush()
+}
+
+/// One traversal of a workspace for [`pack_dir`].
+struct Walker<'a> {
+    root: &'a Path,
+    exclude: &'a [PathBuf],
+    /// The first archived name of each multiply-linked file, by inode.
+    first_names: std::collections::HashMap<(u64, u64), PathBuf>,
+}
+
+impl Walker<'_> {
+    fn walk<W: Write>(&mut self, builder: &mut tar::Builder<W>, rel: &Path) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = self.root.join(rel);
+        let mut names: Vec<_> = std::fs::read_dir(&dir)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()?;
+        names.sort();
+        for name in names {
+            let rel_path = rel.join(&name);
+            if self.exclude.iter().any(|x| rel_path.starts_with(x)) {
+                continue;
+            }
+            let full = self.root.join(&rel_path);
+            let meta = std::fs::symlink_metadata(&full)?;
+            let ft = meta.file_type();
+            if ft.is_dir() {
+                builder.append_path_with_name(&full, &rel_path)?;
+                self.walk(builder, &rel_path)?;
+            } else if ft.is_file() && meta.nlink() > 1 {
+                match self.first_names.entry((meta.dev(), meta.ino())) {
+                    std::collections::hash_map::Entry::Occupied(first) => {
+                        let mut header = tar::Header::new_gnu();
+                        header.set_metadata(&meta);
+                        header.set_entry_type(tar::EntryType::Link);
+                        header.set_size(0);
+                        builder.append_link(&mut header, &rel_path, first.get())?;
+                    }
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(rel_path.clone());
+                        builder.append_path_with_name(&full, &rel_path)?;
+                    }
+                }
+            } else if ft.is_file() || ft.is_symlink() {
+                builder.append_path_with_name(&full, &rel_path)?;
+            } else {
+                tracing::warn!(path = %full.display(), "skipping special file in workspace");
+            }
         }
-        let full = root.join(&rel_path);
-        let meta = std::fs::symlink_metadata(&full)?;
-        let ft = meta.file_type();
-        if ft.is_dir() {
-            builder.append_path_with_name(&full, &rel_path)?;
-            walk(builder, root, &rel_path, exclude)?;
-        } else if ft.is_file() || ft.is_symlink() {
-            builder.append_path_with_name(&full, &rel_path)?;
-        } else {
-            tracing::warn!(path = %full.display(), "skipping special file in workspace");
-        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Extracts an archive (already passed through [`filter`]) into `root`,
-/// never following symlinks out of it.
+/// never following symlinks out of it. Regular files are written with
+/// holes where the archive holds whole blocks of zeros (sparse files come
+/// back sparse); directory times are set once everything is in place.
 pub fn unpack_into<R: Read>(source: R, root: &Path) -> Result<ArchiveStats, ArchiveError> {
     let mut archive = tar::Archive::new(source);
     archive.set_preserve_permissions(true);
+    archive.set_preserve_mtime(true);
     archive.set_overwrite(true);
     archive.set_unpack_xattrs(false);
+    let corrupt = |e: io::Error| ArchiveError::Corrupt(e.to_string());
     let mut stats = ArchiveStats::default();
-    for entry in archive
-        .entries()
-        .map_err(|e| ArchiveError::Corrupt(e.to_string()))?
-    {
-        let mut entry = entry.map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+    let mut directory_times: Vec<(PathBuf, u64)> = Vec::new();
+    for entry in archive.entries().map_err(corrupt)? {
+        let mut entry = entry.map_err(corrupt)?;
         stats.entries += 1;
-        stats.bytes += entry.header().entry_size().unwrap_or(0);
+        stats.bytes += entry.size();
+        let raw = entry.path_bytes().into_owned();
+        let Some(path) = normalise(&raw)? else {
+            continue;
+        };
+        let target = root.join(&path);
+        let kind = entry.header().entry_type();
         // A file replacing an existing symlink must not write through it.
-        if let Ok(Some(p)) = normalise(&entry.path_bytes()) {
-            let target = root.join(&p);
-            if entry.header().entry_type() != tar::EntryType::Directory {
-                if let Ok(m) = std::fs::symlink_metadata(&target) {
-                    if m.file_type().is_symlink() {
-                        std::fs::remove_file(&target)?;
-                    }
+        if kind != tar::EntryType::Directory {
+            if let Ok(m) = std::fs::symlink_metadata(&target) {
+                if m.file_type().is_symlink() {
+                    std::fs::remove_file(&target)?;
                 }
             }
         }
-        // `unpack_in` refuses paths that would land outside `root`,
-        // including through symlinks already on disk.
-        if !entry.unpack_in(root)? {
-            return Err(ArchiveError::ParentTraversal(display(&entry.path_bytes())));
+        match kind {
+            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
+                write_regular(&mut entry, root, &path)?;
+            }
+            _ => {
+                if kind == tar::EntryType::Directory {
+                    if let Ok(mtime) = entry.header().mtime() {
+                        directory_times.push((path.clone(), mtime));
+                    }
+                }
+                // `unpack_in` refuses paths that would land outside `root`,
+                // including through symlinks already on disk.
+                if !entry.unpack_in(root)? {
+                    return Err(ArchiveError::ParentTraversal(display(&raw)));
+                }
+            }
+        }
+    }
+    // Children change their directory's time as they are written: set the
+    // recorded times last (deepest first does not matter: setting a time
+    // does not touch the parent).
+    for (path, mtime) in directory_times {
+        let time = filetime::FileTime::from_unix_time(mtime as i64, 0);
+        let target = root.join(&path);
+        if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+            filetime::set_file_times(&target, time, time)?;
         }
     }
     Ok(stats)
+}
+
+/// Creates the parent directories of `root/rel` and checks that the parent,
+/// with every symlink already on disk resolved, is still inside `root`.
+fn destination_inside(root: &Path, rel: &Path) -> Result<PathBuf, ArchiveError> {
+    let target = root.join(rel);
+    let outside = || ArchiveError::ThroughSymlink {
+        path: rel.display().to_string(),
+        link: "a symlink already in the workspace".to_string(),
+    };
+    let parent = target.parent().ok_or_else(outside)?;
+    let canonical_root = root.canonicalize()?;
+    // Create missing ancestors one by one, checking each before the next
+    // is made inside it.
+    let mut built = root.to_path_buf();
+    if let Some(parent_rel) = rel.parent() {
+        for component in parent_rel.components() {
+            built.push(component);
+            if std::fs::symlink_metadata(&built).is_err() {
+                std::fs::create_dir(&built)?;
+            }
+            if !built.canonicalize()?.starts_with(&canonical_root) {
+                return Err(outside());
+            }
+        }
+    }
+    if !parent.canonicalize()?.starts_with(&canonical_root) {
+        return Err(outside());
+    }
+    Ok(target)
+}
+
+/// Size of the blocks that [`write_regular`] checks for zeros: a
+/// filesystem block, so a hole made for one is a real hole.
+const HOLE_BLOCK: usize = 4096;
+
+/// Writes one regular-file entry, seeking over whole zero blocks instead of
+/// writing them, then sets its mode and time.
+fn write_regular<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+    root: &Path,
+    rel: &Path,
+) -> Result<(), ArchiveError> {
+    use std::io::Seek;
+    use std::os::unix::fs::PermissionsExt;
+    let target = destination_inside(root, rel)?;
+    match std::fs::symlink_metadata(&target) {
+        Ok(m) if m.is_dir() => {
+            return Err(ArchiveError::Io(io::Error::other(format!(
+                "{} is a directory in the workspace but a file in the archive; remove it and retry",
+                rel.display()
+            ))))
+        }
+        Ok(_) => std::fs::remove_file(&target)?,
+        Err(_) => {}
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&target)?;
+    let size = entry.size();
+    let mut buffer = vec![0u8; 256 * 1024];
+    let mut filled = 0usize;
+    let mut written: u64 = 0;
+    loop {
+        let n = entry.read(&mut buffer[filled..])?;
+        filled += n;
+        let at_end = n == 0;
+        if filled == buffer.len() || (at_end && filled > 0) {
+            let mut offset = 0;
+            while offset < filled {
+                let end = (offset + HOLE_BLOCK).min(filled);
+                let block = &buffer[offset..end];
+                if block.len() == HOLE_BLOCK && block.iter().all(|&b| b == 0) {
+                    file.seek(io::SeekFrom::Current(HOLE_BLOCK as i64))?;
+                } else {
+                    file.write_all(block)?;
+                }
+                offset = end;
+            }
+            written += filled as u64;
+            filled = 0;
+        }
+        if at_end {
+            break;
+        }
+    }
+    if written != size {
+        return Err(ArchiveError::Corrupt(format!(
+            "{} ends after {written} of its {size} bytes",
+            rel.display()
+        )));
+    }
+    // Trailing holes: the length is set, not written.
+    file.set_len(size)?;
+    let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    if let Ok(mtime) = entry.header().mtime() {
+        let time = filetime::FileTime::from_unix_time(mtime as i64, 0);
+        filetime::set_file_handle_times(&file, Some(time), Some(time))?;
+    }
+    Ok(())
 }
 
 /// Re-roots a tar whose entries sit under one top directory (as the Docker
@@ -411,3 +586,7 @@ pub fn reroot<R: Read, W: Write>(
     builder.into_inner()?.flush()?;
     Ok(stats)
 }
+
+#[cfg(test)]
+#[path = "archive_tests.rs"]
+mod tests;

@@ -608,6 +608,25 @@ impl Backend for DockerBackend {
         resumed.map(|()| Provisioned::Existing)
     }
 
+    async fn instance_id(&self) -> Result<Option<String>, BackendError> {
+        Ok(self.state.container_id.clone())
+    }
+
+    async fn freeze(&self) -> Result<bool, BackendError> {
+        self.docker
+            .pause_container(&self.target())
+            .await
+            .map_err(|e| api("pausing the container for a consistent snapshot", e))?;
+        Ok(true)
+    }
+
+    async fn thaw(&self) -> Result<(), BackendError> {
+        self.docker
+            .unpause_container(&self.target())
+            .await
+            .map_err(|e| api("unpausing the container after the snapshot", e))
+    }
+
     async fn root_exists(&self) -> Result<bool, BackendError> {
         let r = self
             .helper(

@@ -1,0 +1,349 @@
+//! The promise, over generated workspaces: whatever `stop` writes, a resume
+//! after a disaster restores identically — through every entry point, on
+//! both backends.
+//!
+//! For each generated workspace (see `workspace_gen`): build it, take its
+//! manifest, stop, cause a disaster, resume through one entry point, and
+//! compare the manifest of what the backend now really holds (read
+//! straight from the host directory or with `docker exec`, never through
+//! Berth) with the one before. Entry points: the library (`resume` +
+//! `start`, `resume` + `attach`) and the CLI in a fresh process (`exec`,
+//! `stop`, `start`, `persist`, `hydrate`). A `stop` entry point is then
+//! followed by a second disaster and `start`, proving the snapshot it wrote
+//! is good too.
+//!
+//! Seeds are fixed so CI is replayable; `BERTH_ROUNDTRIP_SEEDS=7,8,9`
+//! runs others. A failure names its seed, disaster and entry point.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use berth::backend::docker::DockerOptions;
+use berth::sandbox::{BackendSpec, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec};
+use berth::workspace::WorkspaceSpec;
+use berth_tests::workspace_gen::{self, MANIFEST};
+use berth_tests::{berth_bin, docker_or_skip, resume_from_json, sh, test_image};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    LibStart,
+    LibAttach,
+    CliExec,
+    CliStop,
+    CliStart,
+    CliPersist,
+    CliHydrate,
+}
+
+const ENTRIES: [Entry; 7] = [
+    Entry::LibStart,
+    Entry::LibAttach,
+    Entry::CliExec,
+    Entry::CliStop,
+    Entry::CliStart,
+    Entry::CliPersist,
+    Entry::CliHydrate,
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Disaster {
+    /// Local: the workspace directory is deleted.
+    WorkspaceDeleted,
+    /// Docker: the container is stopped.
+    Stopped,
+    /// Docker: the container is paused.
+    Paused,
+    /// Docker: the container is removed; the image has the workspace root.
+    Removed,
+    /// Docker: the container is removed; the image lacks the root.
+    RemovedNoRootInImage,
+}
+
+fn seeds(default: &[u64]) -> Vec<u64> {
+    match std::env::var("BERTH_ROUNDTRIP_SEEDS") {
+        Ok(s) => s
+            .split(',')
+            .map(|x| x.trim().parse().expect("BERTH_ROUNDTRIP_SEEDS: numbers"))
+            .collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+/// Where a sandbox's workspace really is, read without Berth.
+#[derive(Debug, Clone)]
+enum Raw {
+    Dir(PathBuf),
+    Container { id: String, root: String },
+}
+
+impl Raw {
+    fn of(state: &SandboxState) -> Raw {
+        let v: serde_json::Value = serde_json::from_str(&state.to_json()).unwrap();
+        match v["type"].as_str().unwrap() {
+            "local" => Raw::Dir(PathBuf::from(v["root_dir"].as_str().unwrap())),
+            _ => Raw::Container {
+                id: v["container_id"].as_str().unwrap().to_string(),
+                root: state.manifest.root.clone(),
+            },
+        }
+    }
+
+    fn run(&self, script: &str) -> String {
+        let out = match self {
+            Raw::Dir(d) => Command::new("sh")
+                .args(["-c", script])
+                .current_dir(d)
+                .output()
+                .unwrap(),
+            Raw::Container { id, root } => Command::new("docker")
+                .args(["exec", "-w", root, id, "sh", "-c", script])
+                .output()
+                .unwrap(),
+        };
+        assert!(
+            out.status.success(),
+            "{self:?}: {script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn manifest(&self) -> String {
+        self.run(MANIFEST)
+    }
+
+    fn disaster(&self, disaster: Disaster) {
+        let docker = |args: &[&str]| {
+            let out = Command::new("docker").args(args).output().unwrap();
+            assert!(out.status.success(), "docker {args:?}: {out:?}");
+        };
+        match (self, disaster) {
+            (Raw::Dir(d), Disaster::WorkspaceDeleted) => std::fs::remove_dir_all(d).unwrap(),
+            (Raw::Container { id, .. }, Disaster::Stopped) => docker(&["stop", "-t", "1", id]),
+            (Raw::Container { id, .. }, Disaster::Paused) => docker(&["pause", id]),
+            (
+                Raw::Container { id, .. },
+                Disaster::Removed | Disaster::RemovedNoRootInImage,
+            ) => docker(&["rm", "-f", id]),
+            (raw, d) => panic!("no disaster {d:?} for {raw:?}"),
+        }
+    }
+}
+
+fn workspace_for(disaster: Disaster) -> WorkspaceSpec {
+    let root = if disaster == Disaster::RemovedNoRootInImage {
+        "/srv/agent-work"
+    } else {
+        "/workspace"
+    };
+    serde_json::from_value(serde_json::json!({ "root": root })).unwrap()
+}
+
+/// One `berth` command in a fresh process with `home`; returns stdout.
+fn berth(home: &Path, args: &[&str]) -> String {
+    let out = Command::new(berth_bin())
+        .env("BERTH_HOME", home)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "berth {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn cli_state(home: &Path, name: &str) -> SandboxState {
+    SandboxState::from_json(&berth(home, &["inspect", name])).unwrap()
+}
+
+/// An empty tar (two zero blocks) for the hydrate entry point.
+fn empty_tar(dir: &Path) -> PathBuf {
+    let p = dir.join("empty.tar");
+    std::fs::write(&p, vec![0u8; 1024]).unwrap();
+    p
+}
+
+async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
+    let label = format!("seed {seed}, disaster {disaster:?}, entry {entry:?}");
+    println!("round trip: {label}");
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let max_file = if docker { 4 << 20 } else { 64 << 20 };
+    let script = workspace_gen::script(seed, max_file);
+    let workspace = workspace_for(disaster);
+    let lib = matches!(entry, Entry::LibStart | Entry::LibAttach);
+
+    let (before, state) = if lib {
+        let client = SandboxClient::new(&home);
+        let backend = if docker {
+            BackendSpec::Docker(DockerOptions::new(test_image()))
+        } else {
+            BackendSpec::Local { root_dir: None }
+        };
+        let mut sb = client
+            .create(
+                workspace,
+                SnapshotSpec::Local {
+                    base_dir: home.join("snapshots"),
+                },
+                None,
+                backend,
+                SandboxOptions::default(),
+            )
+            .await
+            .unwrap();
+        sb.start().await.unwrap();
+        sh(&sb, &script).await;
+        let raw = Raw::of(&sb.state());
+        let before = raw.manifest();
+        sb.stop().await.unwrap();
+        (before, sb.state())
+    } else {
+        std::fs::create_dir_all(&home).unwrap();
+        let ws = dir.path().join("ws.json");
+        std::fs::write(&ws, serde_json::to_string(&workspace).unwrap()).unwrap();
+        let ws = ws.to_str().unwrap();
+        let image = test_image();
+        let mut create = vec!["create", "rt", "--workspace", ws];
+        if docker {
+            create.extend(["--backend", "docker", "--image", &image]);
+        }
+        berth(&home, &create);
+        berth(&home, &["exec", "rt", "--", &script]);
+        let before = Raw::of(&cli_state(&home, "rt")).manifest();
+        berth(&home, &["stop", "rt"]);
+        (before, cli_state(&home, "rt"))
+    };
+    assert!(!before.is_empty(), "{label}: an empty workspace proves nothing");
+    Raw::of(&state).disaster(disaster);
+
+    let after_state = match entry {
+        Entry::LibStart | Entry::LibAttach => {
+            let client = SandboxClient::new(&home);
+            let mut sb = resume_from_json(&client, &state).await;
+            if entry == Entry::LibStart {
+                sb.start().await
+            } else {
+                sb.attach().await
+            }
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+            sb.state()
+        }
+        Entry::CliExec => {
+            berth(&home, &["exec", "rt", "--", "true"]);
+            cli_state(&home, "rt")
+        }
+        Entry::CliStop => {
+            berth(&home, &["stop", "rt"]);
+            cli_state(&home, "rt")
+        }
+        Entry::CliStart => {
+            berth(&home, &["start", "rt"]);
+            cli_state(&home, "rt")
+        }
+        Entry::CliPersist => {
+            let out = dir.path().join("out.tar");
+            berth(&home, &["persist", "rt", "--out", out.to_str().unwrap()]);
+            assert!(std::fs::metadata(&out).unwrap().len() > 1024, "{label}");
+            cli_state(&home, "rt")
+        }
+        Entry::CliHydrate => {
+            let tar = empty_tar(dir.path());
+            berth(&home, &["hydrate", "rt", tar.to_str().unwrap()]);
+            cli_state(&home, "rt")
+        }
+    };
+    let after = Raw::of(&after_state).manifest();
+    assert_eq!(before, after, "{label}: the workspace changed across the round trip");
+
+    if entry == Entry::CliStop {
+        // The snapshot that stop wrote after the disaster is good too.
+        Raw::of(&after_state).disaster(disaster);
+        berth(&home, &["start", "rt"]);
+        let again = Raw::of(&cli_state(&home, "rt")).manifest();
+        assert_eq!(before, again, "{label}: the snapshot written after the disaster differs");
+    }
+    // Clean up what we own.
+    if lib {
+        let client = SandboxClient::new(&home);
+        let mut sb = resume_from_json(&client, &after_state).await;
+        let _ = sb.shutdown().await;
+    } else {
+        let _ = Command::new(berth_bin())
+            .env("BERTH_HOME", &home)
+            .args(["rm", "--force", "rt"])
+            .output();
+    }
+    // Local workspaces may hold read-only directories: make them removable.
+    let _ = Command::new("chmod")
+        .args(["-R", "u+rwx"])
+        .arg(dir.path())
+        .output();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn local_round_trip_over_generated_workspaces_and_every_entry_point() {
+    let started = std::time::Instant::now();
+    let seeds = seeds(&[1, 2, 3, 4, 5, 6]);
+    let mut n = 0;
+    for seed in &seeds {
+        for entry in ENTRIES {
+            case(false, *seed, Disaster::WorkspaceDeleted, entry).await;
+            n += 1;
+        }
+    }
+    println!(
+        "local: {n} round trips ({} workspaces x 1 disaster x {} entry points) in {:?}",
+        seeds.len(),
+        ENTRIES.len(),
+        started.elapsed()
+    );
+}
+
+async fn docker_disaster(test: &str, disaster: Disaster) {
+    if docker_or_skip(test).await.is_none() {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let seeds = seeds(&[11, 12]);
+    let mut n = 0;
+    for seed in &seeds {
+        for entry in ENTRIES {
+            case(true, *seed, disaster, entry).await;
+            n += 1;
+        }
+    }
+    println!(
+        "docker {disaster:?}: {n} round trips ({} workspaces x {} entry points) in {:?}",
+        seeds.len(),
+        ENTRIES.len(),
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_round_trip_after_the_container_stopped() {
+    docker_disaster("docker_round_trip_after_the_container_stopped", Disaster::Stopped).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_round_trip_after_the_container_paused() {
+    docker_disaster("docker_round_trip_after_the_container_paused", Disaster::Paused).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_round_trip_after_the_container_was_removed() {
+    docker_disaster("docker_round_trip_after_the_container_was_removed", Disaster::Removed).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_round_trip_after_removal_with_an_image_lacking_the_root() {
+    docker_disaster(
+        "docker_round_trip_after_removal_with_an_image_lacking_the_root",
+        Disaster::RemovedNoRootInImage,
+    )
+    .await;
+}
