@@ -121,10 +121,9 @@ impl Raw {
             (Raw::Dir(d), Disaster::WorkspaceDeleted) => std::fs::remove_dir_all(d).unwrap(),
             (Raw::Container { id, .. }, Disaster::Stopped) => docker(&["stop", "-t", "1", id]),
             (Raw::Container { id, .. }, Disaster::Paused) => docker(&["pause", id]),
-            (
-                Raw::Container { id, .. },
-                Disaster::Removed | Disaster::RemovedNoRootInImage,
-            ) => docker(&["rm", "-f", id]),
+            (Raw::Container { id, .. }, Disaster::Removed | Disaster::RemovedNoRootInImage) => {
+                docker(&["rm", "-f", id])
+            }
             (raw, d) => panic!("no disaster {d:?} for {raw:?}"),
         }
     }
@@ -217,7 +216,10 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
         berth(&home, &["stop", "rt"]);
         (before, cli_state(&home, "rt"))
     };
-    assert!(!before.is_empty(), "{label}: an empty workspace proves nothing");
+    assert!(
+        !before.is_empty(),
+        "{label}: an empty workspace proves nothing"
+    );
     Raw::of(&state).disaster(disaster);
 
     let after_state = match entry {
@@ -257,14 +259,20 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
         }
     };
     let after = Raw::of(&after_state).manifest();
-    assert_eq!(before, after, "{label}: the workspace changed across the round trip");
+    assert_eq!(
+        before, after,
+        "{label}: the workspace changed across the round trip"
+    );
 
     if entry == Entry::CliStop {
         // The snapshot that stop wrote after the disaster is good too.
         Raw::of(&after_state).disaster(disaster);
         berth(&home, &["start", "rt"]);
         let again = Raw::of(&cli_state(&home, "rt")).manifest();
-        assert_eq!(before, again, "{label}: the snapshot written after the disaster differs");
+        assert_eq!(
+            before, again,
+            "{label}: the snapshot written after the disaster differs"
+        );
     }
     // Clean up what we own.
     if lib {
@@ -326,17 +334,29 @@ async fn docker_disaster(test: &str, disaster: Disaster) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_round_trip_after_the_container_stopped() {
-    docker_disaster("docker_round_trip_after_the_container_stopped", Disaster::Stopped).await;
+    docker_disaster(
+        "docker_round_trip_after_the_container_stopped",
+        Disaster::Stopped,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_round_trip_after_the_container_paused() {
-    docker_disaster("docker_round_trip_after_the_container_paused", Disaster::Paused).await;
+    docker_disaster(
+        "docker_round_trip_after_the_container_paused",
+        Disaster::Paused,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_round_trip_after_the_container_was_removed() {
-    docker_disaster("docker_round_trip_after_the_container_was_removed", Disaster::Removed).await;
+    docker_disaster(
+        "docker_round_trip_after_the_container_was_removed",
+        Disaster::Removed,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

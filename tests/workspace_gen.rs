@@ -24,7 +24,11 @@ const NAMES: &[&str] = &[
     "x y.tar.gz",
 ];
 
-fn fresh_name(rng: &mut StdRng, taken: &mut std::collections::HashSet<String>, dir: &str) -> String {
+fn fresh_name(
+    rng: &mut StdRng,
+    taken: &mut std::collections::HashSet<String>,
+    dir: &str,
+) -> String {
     loop {
         let base = if rng.gen_ratio(1, 10) {
             let mut n = format!("long{}-", rng.gen::<u16>());
@@ -33,7 +37,11 @@ fn fresh_name(rng: &mut StdRng, taken: &mut std::collections::HashSet<String>, d
             }
             n
         } else {
-            format!("{}{}", NAMES[rng.gen_range(0..NAMES.len())], rng.gen::<u8>())
+            format!(
+                "{}{}",
+                NAMES[rng.gen_range(0..NAMES.len())],
+                rng.gen::<u8>()
+            )
         };
         let path = if dir == "." {
             format!("./{base}")
@@ -79,16 +87,25 @@ pub fn script(seed: u64, max_file: u64) -> String {
                     "truncate -s {hole} {q} && printf 'after the hole' | dd of={q} bs=1 seek={hole} conv=notrunc 2>/dev/null"
                 );
                 if rng.gen_bool(0.5) {
-                    l.push_str(&format!(" && truncate -s {} {q}", hole + 4096 * rng.gen_range(1..16)));
+                    l.push_str(&format!(
+                        " && truncate -s {} {q}",
+                        hole + 4096 * rng.gen_range(1..16)
+                    ));
                 }
                 l
             }
-            3 => format!("truncate -s {} {q}", rng.gen_range(1..(max_file / 4096).max(2)) * 4096),
+            3 => format!(
+                "truncate -s {} {q}",
+                rng.gen_range(1..(max_file / 4096).max(2)) * 4096
+            ),
             4 => format!(
                 "head -c {} /dev/zero > {q} && printf tail >> {q}",
                 rng.gen_range(1..20) * 4096
             ),
-            _ => format!("head -c {} /dev/urandom > {q}", rng.gen_range(0..max_file.min(2 << 20))),
+            _ => format!(
+                "head -c {} /dev/urandom > {q}",
+                rng.gen_range(0..max_file.min(2 << 20))
+            ),
         };
         out.push(line);
         let mode = ["644", "600", "755", "700", "640", "444"][rng.gen_range(0..6)];

@@ -74,13 +74,22 @@ impl Backend for LocalBackend {
 
     async fn instance_id(&self) -> Result<Option<String>, BackendError> {
         use std::os::unix::fs::MetadataExt;
-        // A deleted and re-made directory is another workspace: its inode
-        // differs.
+        // A deleted and re-made directory is another workspace. Its inode
+        // may be reused at once, so its birth time (nanoseconds, where the
+        // filesystem records one) is part of the identity.
         Ok(tokio::fs::metadata(&self.state.root_dir)
             .await
             .ok()
             .filter(|m| m.is_dir())
-            .map(|m| format!("dir:{}:{}", m.dev(), m.ino())))
+            .map(|m| {
+                let born = m
+                    .created()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
+                format!("dir:{}:{}:{born}", m.dev(), m.ino())
+            }))
     }
 
     async fn root_exists(&self) -> Result<bool, BackendError> {

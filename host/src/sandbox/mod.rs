@@ -411,13 +411,12 @@ impl Sandbox {
         archive: &mut (dyn AsyncRead + Unpin + Send),
     ) -> Result<ArchiveStats, SandboxError> {
         let spool = self.spool_file()?;
-        let file =
-            tokio::fs::File::create(spool.path())
-                .await
-                .map_err(|e| SandboxError::Io {
-                    what: "creating the spool file",
-                    source: e,
-                })?;
+        let file = tokio::fs::File::create(spool.path())
+            .await
+            .map_err(|e| SandboxError::Io {
+                what: "creating the spool file",
+                source: e,
+            })?;
         let limit = self.options.limits.max_stream_bytes();
         let mut capped = CappedWriter::new(file, limit);
         let copied = tokio::io::copy(archive, &mut capped).await;

@@ -84,8 +84,8 @@ impl StateFile {
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| self.io("creating the directory of", e))?;
-        let mut tmp =
-            tempfile::NamedTempFile::new_in(dir).map_err(|e| self.io("creating a temp file for", e))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)
+            .map_err(|e| self.io("creating a temp file for", e))?;
         tmp.write_all(text.as_bytes())
             .and_then(|()| tmp.as_file().sync_all())
             .map_err(|e| self.io("writing", e))?;

@@ -89,7 +89,11 @@ fn name(rng: &mut StdRng, taken: &mut std::collections::HashSet<PathBuf>, dir: &
             }
             n
         } else {
-            format!("{}{}", NAMES[rng.gen_range(0..NAMES.len())], rng.gen::<u8>())
+            format!(
+                "{}{}",
+                NAMES[rng.gen_range(0..NAMES.len())],
+                rng.gen::<u8>()
+            )
         };
         let path = dir.join(base);
         if taken.insert(path.clone()) {
@@ -131,7 +135,8 @@ fn generate(root: &Path, seed: u64) {
                 file.seek(SeekFrom::Start(hole)).unwrap();
                 file.write_all(b"after the hole").unwrap();
                 if rng.gen_bool(0.5) {
-                    file.set_len(hole + rng.gen_range(1..32u64) * 65536).unwrap();
+                    file.set_len(hole + rng.gen_range(1..32u64) * 65536)
+                        .unwrap();
                 }
             }
             3 => {
@@ -140,7 +145,8 @@ fn generate(root: &Path, seed: u64) {
             }
             4 => {
                 // Zeros written out, then data: not sparse on disk.
-                file.write_all(&vec![0u8; rng.gen_range(1..20) * 4096]).unwrap();
+                file.write_all(&vec![0u8; rng.gen_range(1..20) * 4096])
+                    .unwrap();
                 file.write_all(b"tail").unwrap();
             }
             _ => {
@@ -250,11 +256,19 @@ fn a_large_sparse_file_round_trips_small() {
     drop(f);
     let mut tar = Vec::new();
     write_tar(source.path(), &[], &mut tar).unwrap();
-    assert!(tar.len() < 1 << 20, "the archive stores holes: {}", tar.len());
+    assert!(
+        tar.len() < 1 << 20,
+        "the archive stores holes: {}",
+        tar.len()
+    );
     let (reader, mut writer) = std::io::pipe().unwrap();
     let tar_for_filter = tar.clone();
     let filtering = std::thread::spawn(move || {
-        filter(&tar_for_filter[..], Some(&mut writer), ArchiveLimits::default())
+        filter(
+            &tar_for_filter[..],
+            Some(&mut writer),
+            ArchiveLimits::default(),
+        )
     });
     unpack_into(reader, target.path()).unwrap();
     filtering.join().unwrap().unwrap();
