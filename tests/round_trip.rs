@@ -316,7 +316,7 @@ async fn docker_disaster(test: &str, disaster: Disaster) {
         return;
     }
     let started = std::time::Instant::now();
-    let seeds = seeds(&[11, 12]);
+    let seeds = seeds(&[11, 12, 13]);
     let mut n = 0;
     for seed in &seeds {
         for entry in ENTRIES {
