@@ -2,7 +2,7 @@
 //!
 //! - `setup`        install what the build and tests need (idempotent)
 //! - `build-guests` build the example plugins for wasm32-wasip2
-//! - `demo`         build everything and run `berth demo`
+//! - `demo`         build the host and the Rust guests, run `berth demo`
 //! - `test`         setup, build guests, then the whole test suite
 //! - `lint`         rustfmt check and clippy with warnings denied
 //! - `bench`        side-by-side benchmarks (`--quick` for seconds)
@@ -19,8 +19,10 @@ fn main() -> Result<()> {
         Some("setup") => setup(&root),
         Some("build-guests") => build_guests(&root),
         Some("demo") => {
-            setup(&root)?;
-            build_guests(&root)?;
+            // Only what the demo uses: the wasm target, the Rust guests and
+            // the host. The Docker half runs when an engine answers.
+            wasm_target()?;
+            build_rust_guests(&root)?;
             demo(&root)
         }
         Some("test") => {
@@ -42,10 +44,10 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup|build-guests|demo|test|lint>\n\
+                "usage: cargo xtask <setup|build-guests|demo|test|lint|bench>\n\
                  \n  setup         install the wasm32-wasip2 target and tools (idempotent)\
                  \n  build-guests  build guest-examples/* into components\
-                 \n  demo          build everything and run `berth demo`\
+                 \n  demo          build the host and the Rust guests, run `berth demo`\
                  \n  test          setup + build-guests + the whole test suite\
                  \n  lint          cargo fmt --check and clippy -D warnings\
                  \n  bench         side-by-side benchmarks (--quick for a small run)"
@@ -86,13 +88,19 @@ fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn setup(_root: &Path) -> Result<()> {
+/// Installs the `wasm32-wasip2` target when it is missing.
+fn wasm_target() -> Result<()> {
     let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
     if installed.lines().any(|l| l.trim() == "wasm32-wasip2") {
         eprintln!("xtask: wasm32-wasip2 target present");
+        Ok(())
     } else {
-        run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
+        run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))
     }
+}
+
+fn setup(_root: &Path) -> Result<()> {
+    wasm_target()?;
     match garage_setup() {
         Ok(()) => {}
         Err(e) if docker_required() => {
@@ -251,6 +259,15 @@ const GUESTS: &[(&str, &str)] = &[
 ];
 
 fn build_guests(root: &Path) -> Result<()> {
+    build_rust_guests(root)?;
+    let guests = root.join("guest-examples");
+    build_python_guest(&guests)?;
+    build_c_guest(&guests)?;
+    build_js_guest(&guests)
+}
+
+/// The Rust guests (one cargo workspace), checked to be components.
+fn build_rust_guests(root: &Path) -> Result<()> {
     let guests = root.join("guest-examples");
     run(Command::new("cargo").current_dir(&guests).args([
         "build",
@@ -271,9 +288,7 @@ fn build_guests(root: &Path) -> Result<()> {
         std::fs::create_dir_all(guests.join(dir).join("store"))?;
         eprintln!("xtask: built {dir} ({} bytes)", header.len());
     }
-    build_python_guest(&guests)?;
-    build_c_guest(&guests)?;
-    build_js_guest(&guests)
+    Ok(())
 }
 
 /// The wit-bindgen CLI release the C guest's bindings are generated with.
