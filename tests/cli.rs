@@ -98,7 +98,6 @@ fn sandbox_commands_as_a_new_user_would_use_them() {
     assert_eq!(code, 0);
     for cmd in [
         "create", "exec", "stop", "start", "rm", "ls", "inspect", "persist", "hydrate", "plugin",
-        "demo",
     ] {
         assert!(help.contains(cmd), "--help lacks {cmd}: {help}");
     }
@@ -156,9 +155,9 @@ fn sandbox_commands_as_a_new_user_would_use_them() {
 #[test]
 fn quick_benchmark_runs_and_reports_ratios() {
     let out_file = tempfile::NamedTempFile::new().unwrap();
-    let out = Command::new(berth_bin())
+    let out = Command::new(berth_bin().with_file_name("berth-bench"))
         .current_dir(repo_root())
-        .args(["bench", "--quick", "--out"])
+        .args(["--quick", "--out"])
         .arg(out_file.path())
         .output()
         .unwrap();

@@ -2,7 +2,7 @@
 //!
 //! - `setup`        install what the build and tests need (idempotent)
 //! - `build-guests` build the example plugins for wasm32-wasip2
-//! - `demo`         build the host and the Rust guests, run `berth demo`
+//! - `demo`         build the host and the Rust guests, run the demo example
 //! - `test`         setup, build guests, then the whole test suite
 //! - `lint`         rustfmt check and clippy with warnings denied
 //! - `bench`        side-by-side benchmarks (`--quick` for seconds)
@@ -36,10 +36,9 @@ fn main() -> Result<()> {
             build_guests(&root)?;
             run(Command::new("cargo")
                 .current_dir(&root)
-                .args(["build", "--package", "berth"]))?;
-            run(Command::new(berth_binary(&root))
+                .args(["build", "--package", "berth-cli", "--package", "berth-bench"]))?;
+            run(Command::new(berth_binary(&root).with_file_name("berth-bench"))
                 .current_dir(&root)
-                .arg("bench")
                 .args(&args[1..]))
         }
         _ => {
@@ -47,7 +46,7 @@ fn main() -> Result<()> {
                 "usage: cargo xtask <setup|build-guests|demo|test|lint|bench>\n\
                  \n  setup         install the wasm32-wasip2 target and tools (idempotent)\
                  \n  build-guests  build guest-examples/* into components\
-                 \n  demo          build the host and the Rust guests, run `berth demo`\
+                 \n  demo          build the host and the Rust guests, run the demo example\
                  \n  test          setup + build-guests + the whole test suite\
                  \n  lint          cargo fmt --check and clippy -D warnings\
                  \n  bench         side-by-side benchmarks (--quick for a small run)"
@@ -448,12 +447,11 @@ fn berth_binary(root: &Path) -> PathBuf {
 }
 
 fn demo(root: &Path) -> Result<()> {
+    let fs_store = root.join("guest-examples/target/wasm32-wasip2/release/fs_store.wasm");
     run(Command::new("cargo")
         .current_dir(root)
-        .args(["build", "--package", "berth"]))?;
-    run(Command::new(berth_binary(root))
-        .current_dir(root)
-        .arg("demo"))
+        .args(["run", "--quiet", "--package", "berth", "--example", "demo", "--"])
+        .arg(fs_store))
 }
 
 fn test(root: &Path, extra: &[String]) -> Result<()> {

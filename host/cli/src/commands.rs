@@ -1,9 +1,6 @@
 //! Command-line parsing and dispatch.
 
-mod bench;
-mod demo;
-mod plugin;
-mod sandboxes;
+use crate::{plugin, sandboxes};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,10 +71,6 @@ enum Command {
     /// Check, inspect and try snapshot-store plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
-    /// Tell the whole story: create, exec, stop, lose the workspace, resume.
-    Demo,
-    /// Measure Berth side by side with GNU tar and the docker CLI.
-    Bench(bench::BenchArgs),
 }
 
 /// Runs the parsed command.
@@ -93,7 +86,5 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Persist { name, out } => sandboxes::persist(&name, &out).await,
         Command::Hydrate { name, file } => sandboxes::hydrate(&name, &file).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
-        Command::Demo => demo::run().await,
-        Command::Bench(a) => bench::run(a).await,
     }
 }

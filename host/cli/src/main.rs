@@ -1,6 +1,8 @@
 //! `berth`: the command-line face of the Berth sandbox runtime.
 
-mod cli;
+mod commands;
+mod plugin;
+mod sandboxes;
 
 use clap::Parser;
 
@@ -12,7 +14,7 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = cli::Cli::parse();
+    let args = commands::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -23,7 +25,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(cli::run(args)) {
+    match runtime.block_on(commands::run(args)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -1,4 +1,4 @@
-//! `berth bench`: side-by-side measurements against what a user would use
+//! `berth-bench` (run by `cargo xtask bench`): side-by-side measurements against what a user would use
 //! instead (GNU tar, the docker CLI), alternating A and B and reporting
 //! medians. Benchmarks, not timed tests: nothing here asserts a speed.
 
@@ -15,14 +15,15 @@ use berth::sandbox::{
 };
 use berth::workspace::WorkspaceSpec;
 use berth::RemoteSnapshotClient;
-use clap::Args;
+use clap::Parser;
 use serde_json::json;
 
-/// `berth bench` options.
-#[derive(Args)]
+/// Berth side by side with GNU tar, the docker CLI and boto3.
+#[derive(Parser)]
+#[command(name = "berth-bench", about)]
 pub struct BenchArgs {
     /// Workspace size (default 1GiB; --quick uses 32MiB).
-    #[arg(long, value_parser = crate::cli::plugin::parse_size_arg)]
+    #[arg(long, value_parser = parse_size_arg)]
     size: Option<u64>,
     /// A small, fast run (seconds), for CI.
     #[arg(long)]
@@ -34,8 +35,33 @@ pub struct BenchArgs {
     #[arg(long, default_value = "bench-results.json")]
     out: PathBuf,
     /// Internal: measure peak RSS of one persist+restore of this size.
-    #[arg(long, hide = true, value_parser = crate::cli::plugin::parse_size_arg)]
+    #[arg(long, hide = true, value_parser = parse_size_arg)]
     rss_probe: Option<u64>,
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    berth::plugin::manifest::parse_byte_size(s)
+}
+
+fn main() -> ExitCode {
+    let args = BenchArgs::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 struct Row {
@@ -453,7 +479,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         for s in sizes {
             let exe = std::env::current_exe()?;
             let out = Command::new(exe)
-                .args(["bench", "--rss-probe", &s.to_string()])
+                .args(["--rss-probe", &s.to_string()])
                 .stderr(Stdio::null())
                 .output()?;
             let kib: u64 = String::from_utf8_lossy(&out.stdout)

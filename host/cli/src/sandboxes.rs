@@ -178,7 +178,7 @@ pub struct CreateArgs {
     #[arg(long)]
     image: Option<String>,
     /// Memory limit, e.g. 512MiB (docker backend).
-    #[arg(long, value_parser = crate::cli::plugin::parse_size_arg)]
+    #[arg(long, value_parser = crate::plugin::parse_size_arg)]
     memory: Option<u64>,
     /// CPU limit, e.g. 1.5 (docker backend).
     #[arg(long)]

@@ -1,4 +1,5 @@
-//! `berth demo`: the whole story on the embedded default, no Docker needed.
+//! The whole story on the embedded default, no Docker needed (`cargo xtask
+//! demo` runs it: `cargo run -p berth --example demo -- FS_STORE.wasm`).
 //! A local sandbox whose snapshots go through the `fs-store` Wasm plugin:
 //! create, exec, stop, lose the workspace, resume, see the files return.
 
@@ -15,19 +16,18 @@ use berth::sandbox::{
 };
 use berth::workspace::WorkspaceSpec;
 
-fn find_fs_store() -> anyhow::Result<PathBuf> {
-    let candidates = [
-        std::env::var_os("BERTH_FS_STORE").map(PathBuf::from),
-        Some(PathBuf::from(
-            "guest-examples/target/wasm32-wasip2/release/fs_store.wasm",
-        )),
-    ];
-    for c in candidates.into_iter().flatten() {
-        if c.is_file() {
-            return Ok(std::path::absolute(c)?);
-        }
+/// The fs-store component: the first argument (`cargo xtask demo` passes
+/// it), else `$BERTH_FS_STORE`.
+fn fs_store_component() -> anyhow::Result<PathBuf> {
+    let given = std::env::args_os()
+        .nth(1)
+        .or_else(|| std::env::var_os("BERTH_FS_STORE"))
+        .map(PathBuf::from)
+        .context("usage: demo FS_STORE.wasm (or set BERTH_FS_STORE); `cargo xtask demo` builds and passes it")?;
+    if !given.is_file() {
+        bail!("{} is not a file: build the fs-store example plugin first (`cargo xtask build-guests`)", given.display());
     }
-    bail!("the fs-store plugin is not built: run `cargo xtask build-guests` from the repository root (or set BERTH_FS_STORE to its .wasm)")
+    Ok(std::path::absolute(given)?)
 }
 
 async fn sh(sandbox: &Sandbox, cmd: &str) -> anyhow::Result<String> {
@@ -44,8 +44,9 @@ fn step(n: u32, text: &str) {
     println!("\n[{n}] {text}");
 }
 
-pub async fn run() -> anyhow::Result<ExitCode> {
-    let component = find_fs_store()?;
+#[tokio::main]
+async fn main() -> anyhow::Result<ExitCode> {
+    let component = fs_store_component()?;
     let scratch = tempfile::Builder::new().prefix("berth-demo-").tempdir()?;
     let base = scratch.path();
     let store = base.join("object-store");
