@@ -91,15 +91,9 @@ async fn a_daemon_restart_mid_session_is_survived() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path());
     let mut sb = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Local {
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
                 base_dir: dir.path().join("s"),
-            },
-            None,
-            BackendSpec::Docker(DockerOptions::new(test_image())),
-            SandboxOptions::default(),
-        )
+            }).backend(BackendSpec::Docker(DockerOptions::new(test_image()))).options(SandboxOptions::default()))
         .await
         .unwrap();
     sb.start().await.unwrap();

@@ -20,15 +20,9 @@ async fn new_sandbox(
     snaps: &std::path::Path,
 ) -> Sandbox {
     let mut sb = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Local {
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
                 base_dir: snaps.to_path_buf(),
-            },
-            None,
-            BackendSpec::Docker(options),
-            SandboxOptions::default(),
-        )
+            }).backend(BackendSpec::Docker(options)).options(SandboxOptions::default()))
         .await
         .unwrap();
     sb.start().await.unwrap();

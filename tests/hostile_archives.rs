@@ -269,15 +269,9 @@ async fn sandbox(dir: &Path) -> Sandbox {
         ..SandboxOptions::default()
     };
     let mut sb = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Noop,
-            None,
-            BackendSpec::Local {
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local {
                 root_dir: Some(dir.join("root")),
-            },
-            options,
-        )
+            }).options(options))
         .await
         .unwrap();
     sb.start().await.unwrap();

@@ -43,15 +43,9 @@ async fn four_start_branches_stop_and_resume() {
     let client = SandboxClient::new(dir.path().join("home"));
     let snapshots = dir.path().join("snapshots");
     let mut sb = client
-        .create(
-            manifest(&notes),
-            SnapshotSpec::Local {
+        .create(berth::sandbox::SandboxSpec::new(manifest(&notes)).snapshot(SnapshotSpec::Local {
                 base_dir: snapshots.clone(),
-            },
-            None,
-            BackendSpec::Local { root_dir: None },
-            SandboxOptions::default(),
-        )
+            }).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
         .await
         .unwrap();
     assert!(!sb.is_running());
@@ -81,9 +75,10 @@ async fn four_start_branches_stop_and_resume() {
         .as_deref()
         .unwrap()
         .starts_with("blake3:"));
-    let root = match &state.backend {
-        berth::sandbox::BackendState::Local(l) => l.root_dir.clone(),
-        other => panic!("expected a local backend, got {other:?}"),
+    let root = {
+        let l = &state.backend;
+        assert_eq!(l.kind, "local");
+        l.decode::<berth::backend::local::LocalState>().unwrap().root_dir
     };
     // Stop destroys nothing.
     assert!(root.join("agent.txt").is_file());
@@ -149,13 +144,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     }))
     .unwrap();
     let mut sb = client
-        .create(
-            spec,
-            SnapshotSpec::Noop,
-            Some("my-stable-id"),
-            BackendSpec::Local { root_dir: None },
-            SandboxOptions::default(),
-        )
+        .create(berth::sandbox::SandboxSpec::new(spec).snapshot(SnapshotSpec::Noop).snapshot_id("my-stable-id").backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
         .await
         .unwrap();
     assert_eq!(sb.state().snapshot.id.as_str(), "my-stable-id");
@@ -165,13 +154,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     assert!(!sb.is_running());
 
     let mut derived = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Noop,
-            None,
-            BackendSpec::Local { root_dir: None },
-            SandboxOptions::default(),
-        )
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
         .await
         .unwrap();
     let state = derived.state();
@@ -190,13 +173,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     )
     .unwrap();
     let err = client
-        .create(
-            bad,
-            SnapshotSpec::Noop,
-            None,
-            BackendSpec::Local { root_dir: None },
-            SandboxOptions::default(),
-        )
+        .create(berth::sandbox::SandboxSpec::new(bad).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
         .await
         .err()
         .unwrap();
@@ -221,9 +198,10 @@ fn state_json_round_trips_and_old_samples_load() {
     assert_eq!(old.session_id, "0123456789abcdef");
     assert_eq!(old.manifest.root, "/workspace");
     assert!(old.snapshot.digest.is_none());
-    match &old.backend {
-        berth::sandbox::BackendState::Local(l) => assert!(l.owned),
-        other => panic!("expected a local backend, got {other:?}"),
+    {
+        let l = &old.backend;
+        assert_eq!(l.kind, "local");
+        assert!(l.decode::<berth::backend::local::LocalState>().unwrap().owned)
     }
     let again = SandboxState::from_json(&old.to_json()).unwrap();
     assert_eq!(again, old);
@@ -239,23 +217,18 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
     )
     .unwrap();
     let mut sb = client
-        .create(
-            spec,
-            SnapshotSpec::Local {
+        .create(berth::sandbox::SandboxSpec::new(spec).snapshot(SnapshotSpec::Local {
                 base_dir: snapshots.clone(),
-            },
-            None,
-            BackendSpec::Local { root_dir: None },
-            SandboxOptions::default(),
-        )
+            }).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
         .await
         .unwrap();
     sb.start().await.unwrap();
     sb.stop().await.unwrap();
     let state = sb.state();
-    let root = match &state.backend {
-        berth::sandbox::BackendState::Local(l) => l.root_dir.clone(),
-        other => panic!("expected a local backend, got {other:?}"),
+    let root = {
+        let l = &state.backend;
+        assert_eq!(l.kind, "local");
+        l.decode::<berth::backend::local::LocalState>().unwrap().root_dir
     };
     // Replace the stored archive with a different, perfectly valid one.
     let evil_src = dir.path().join("evil");
@@ -310,15 +283,9 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
     };
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Plugin {
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Plugin {
                 plugin: manifest_path.clone(),
-            },
-            None,
-            BackendSpec::Local { root_dir: None },
-            options(),
-        )
+            }).backend(BackendSpec::Local { root_dir: None }).options(options()))
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -357,13 +324,7 @@ async fn exec_timeout_kills_the_process_group_and_caps_count_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Noop,
-            None,
-            BackendSpec::Local { root_dir: None },
-            SandboxOptions::default(),
-        )
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -415,17 +376,11 @@ async fn close_runs_shutdown_even_when_stop_fails() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Local {
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
                 base_dir: dir.path().join("snaps"),
-            },
-            None,
-            BackendSpec::Local {
+            }).backend(BackendSpec::Local {
                 root_dir: Some(dir.path().join("ws")),
-            },
-            SandboxOptions::default(),
-        )
+            }).options(SandboxOptions::default()))
         .await
         .unwrap();
     sb.start().await.unwrap();

@@ -162,15 +162,9 @@ async fn stop_freezes_the_container_so_the_snapshot_is_one_moment() {
             ..SandboxOptions::default()
         };
         let mut sb = client
-            .create(
-                WorkspaceSpec::default(),
-                SnapshotSpec::Local {
+            .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
                     base_dir: snaps.clone(),
-                },
-                Some("freeze"),
-                BackendSpec::Docker(DockerOptions::new(test_image())),
-                options,
-            )
+                }).snapshot_id("freeze").backend(BackendSpec::Docker(DockerOptions::new(test_image()))).options(options))
             .await
             .unwrap();
         sb.start().await.unwrap();
@@ -241,13 +235,7 @@ async fn a_store_that_keeps_sending_is_cut_off_at_the_recorded_size() {
     let manifest = faulty_manifest(dir.path(), "endless-download", 300);
     let client = SandboxClient::new(dir.path());
     let sb = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Remote { plugin: manifest },
-            Some("endless"),
-            BackendSpec::Local { root_dir: None },
-            SandboxOptions::default(),
-        )
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Remote { plugin: manifest }).snapshot_id("endless").backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
         .await
         .unwrap();
     // As if a 10 000-byte snapshot had been persisted.
@@ -306,13 +294,7 @@ async fn hydrate_reads_a_users_stream_no_further_than_the_archive_limit() {
         ..SandboxOptions::default()
     };
     let mut sb = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Noop,
-            None,
-            BackendSpec::Local { root_dir: None },
-            options,
-        )
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local { root_dir: None }).options(options))
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -331,17 +313,11 @@ async fn stop_refuses_a_workspace_that_replaced_the_one_it_set_up() {
     let client = SandboxClient::new(dir.path());
     let root = dir.path().join("ws");
     let mut sb = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Local {
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
                 base_dir: dir.path().join("snaps"),
-            },
-            Some("guarded"),
-            BackendSpec::Local {
+            }).snapshot_id("guarded").backend(BackendSpec::Local {
                 root_dir: Some(root.clone()),
-            },
-            SandboxOptions::default(),
-        )
+            }).options(SandboxOptions::default()))
         .await
         .unwrap();
     sb.start().await.unwrap();

@@ -183,15 +183,9 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
             BackendSpec::Local { root_dir: None }
         };
         let mut sb = client
-            .create(
-                workspace,
-                SnapshotSpec::Local {
+            .create(berth::sandbox::SandboxSpec::new(workspace).snapshot(SnapshotSpec::Local {
                     base_dir: home.join("snapshots"),
-                },
-                None,
-                backend,
-                SandboxOptions::default(),
-            )
+                }).backend(backend).options(SandboxOptions::default()))
             .await
             .unwrap();
         sb.start().await.unwrap();

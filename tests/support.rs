@@ -225,8 +225,7 @@ pub async fn resume_from_json(
 
 /// The container id of a Docker sandbox's state.
 pub fn container_id(state: &berth::sandbox::SandboxState) -> String {
-    match &state.backend {
-        berth::sandbox::BackendState::Docker(d) => d.container_id.clone().expect("container id"),
-        other => panic!("not a docker sandbox: {other:?}"),
-    }
+    let docker: berth::backend::docker::DockerState =
+        state.backend.decode().expect("a docker sandbox");
+    docker.container_id.expect("container id")
 }

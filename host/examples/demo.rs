@@ -8,11 +8,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use berth::backend::docker::DockerOptions;
+use berth::backend::docker::{DockerOptions, DockerState};
+use berth::backend::local::LocalState;
 use berth::backend::ExecRequest;
 use berth::plugin::{CompileCache, PluginHost};
 use berth::sandbox::{
-    BackendSpec, BackendState, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
+    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
 };
 use berth::workspace::WorkspaceSpec;
 
@@ -89,27 +90,18 @@ async fn main() -> anyhow::Result<ExitCode> {
             ".cache": {"type": "dir", "ephemeral": true, "children": {"token": {"type": "file", "content": "not persisted"}}}
         }
     }))?;
-    let client = SandboxClient::new(base.join("home")).with_plugin_host(host);
+    let client = SandboxClient::builder(base.join("home")).plugin_host(host).build();
     let options = || SandboxOptions {
         compression: true,
         ..SandboxOptions::default()
     };
     let mut sandbox = client
-        .create(
-            workspace,
-            SnapshotSpec::Remote {
+        .create(berth::sandbox::SandboxSpec::new(workspace).snapshot(SnapshotSpec::Remote {
                 plugin: manifest.clone(),
-            },
-            None,
-            BackendSpec::Local { root_dir: None },
-            options(),
-        )
+            }).backend(BackendSpec::Local { root_dir: None }).options(options()))
         .await?;
     let branch = sandbox.start().await?;
-    let root = match &sandbox.state().backend {
-        BackendState::Local(l) => l.root_dir.clone(),
-        BackendState::Docker(_) => bail!("the demo's first half runs on the local backend"),
-    };
+    let root = sandbox.state().backend.decode::<LocalState>()?.root_dir;
     println!("    started ({branch:?}); workspace at {}", root.display());
 
     step(3, "The agent runs commands");
@@ -210,15 +202,9 @@ async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<
         ..SandboxOptions::default()
     };
     let mut sandbox = client
-        .create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Remote {
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Remote {
                 plugin: manifest.to_path_buf(),
-            },
-            None,
-            BackendSpec::Docker(DockerOptions::new(image).memory(256 << 20)),
-            options(),
-        )
+            }).backend(BackendSpec::Docker(DockerOptions::new(image).memory(256 << 20))).options(options()))
         .await?;
     sandbox.start().await?;
     sh(
@@ -233,10 +219,11 @@ async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<
     );
     sandbox.stop().await?;
     let state = sandbox.state();
-    let id = match &state.backend {
-        BackendState::Docker(d) => d.container_id.clone().unwrap_or_default(),
-        BackendState::Local(_) => bail!("expected a Docker sandbox"),
-    };
+    let id = state
+        .backend
+        .decode::<DockerState>()?
+        .container_id
+        .unwrap_or_default();
     println!(
         "    stopped; snapshot {} in the object store",
         state.snapshot.id

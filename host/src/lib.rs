@@ -19,6 +19,7 @@ pub mod backend;
 mod byte_pipe;
 pub mod conformance;
 pub mod plugin;
+mod plugin_error;
 mod random_id;
 pub mod remote_client;
 pub mod sandbox;

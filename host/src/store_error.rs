@@ -2,11 +2,12 @@
 
 use std::io;
 
-use crate::plugin::PluginError;
+use crate::plugin_error::PluginError;
 
 /// A store's own answer, mirroring the WIT `storage-error` variant so native
 /// and Wasm stores fail the same way.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StorageError {
     /// No archive is stored under the id.
     #[error("not found: {}", said(.0))]
@@ -54,6 +55,7 @@ impl StorageError {
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The store answered with an error.
     #[error(transparent)]

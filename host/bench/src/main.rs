@@ -7,7 +7,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use berth::backend::docker::DockerOptions;
+use berth::backend::docker::{DockerOptions, DockerState};
+use berth::backend::local::LocalState;
 use berth::backend::ExecRequest;
 use berth::plugin::{CompileCache, PluginHost};
 use berth::sandbox::{
@@ -307,15 +308,9 @@ async fn berth_roundtrip(
     snapshot: SnapshotSpec,
 ) -> anyhow::Result<(f64, f64)> {
     let mut sb = client
-        .create(
-            WorkspaceSpec::default(),
-            snapshot,
-            None,
-            BackendSpec::Local {
+        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(snapshot).backend(BackendSpec::Local {
                 root_dir: Some(src.to_path_buf()),
-            },
-            SandboxOptions::default(),
-        )
+            }).options(SandboxOptions::default()))
         .await?;
     sb.start().await?;
     let t = Instant::now();
@@ -325,10 +320,10 @@ async fn berth_roundtrip(
     let restore_root = src.with_extension("restored");
     drop_dir(&restore_root);
     let mut state2 = state.clone();
-    if let BackendState::Local(l) = &mut state2.backend {
-        l.root_dir = restore_root.clone();
-        l.owned = true;
-    }
+    let mut local: LocalState = state2.backend.decode()?;
+    local.root_dir = restore_root.clone();
+    local.owned = true;
+    state2.backend = BackendState::encode(berth::backend::local::KIND, &local)?;
     let mut rb = client
         .resume(state2, None, SandboxOptions::default())
         .await?;
@@ -607,15 +602,9 @@ async fn docker_rows(
     let opts = || SandboxOptions::default();
     let snaps = base.join("docker-snaps");
     let new_sandbox = || {
-        client.create(
-            WorkspaceSpec::default(),
-            SnapshotSpec::Local {
+        client.create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
                 base_dir: snaps.clone(),
-            },
-            None,
-            BackendSpec::Docker(DockerOptions::new(image.clone())),
-            opts(),
-        )
+            }).backend(BackendSpec::Docker(DockerOptions::new(image.clone()))).options(opts()))
     };
 
     // create+start vs docker run -d
@@ -642,10 +631,12 @@ async fn docker_rows(
     // exec round trip vs docker exec
     let mut sb = new_sandbox().await?;
     sb.start().await?;
-    let id = match &sb.state().backend {
-        BackendState::Docker(d) => d.container_id.clone().unwrap_or_default(),
-        BackendState::Local(_) => bail!("not docker"),
-    };
+    let id = sb
+        .state()
+        .backend
+        .decode::<DockerState>()?
+        .container_id
+        .unwrap_or_default();
     let n = if quick { 10 } else { 30 };
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for _ in 0..n {
@@ -693,10 +684,10 @@ async fn docker_rows(
         // Restore into a brand-new container: Berth creates it and restores
         // the snapshot; the CLI baseline is `docker run -d` + `docker cp` in.
         let mut fresh = sb.state();
-        if let BackendState::Docker(d) = &mut fresh.backend {
-            d.container_id = None;
-            d.container_name = format!("{}-r{i}", d.container_name);
-        }
+        let mut d: DockerState = fresh.backend.decode()?;
+        d.container_id = None;
+        d.container_name = format!("{}-r{i}", d.container_name);
+        fresh.backend = BackendState::encode(berth::backend::docker::KIND, &d)?;
         let t = Instant::now();
         let mut rb = client.resume(fresh, None, opts()).await?;
         rb.start().await?;

@@ -9,8 +9,8 @@ use anyhow::{bail, Context};
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, Progress, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
-    StateFile, StateLock, StateSink,
+    BackendSpec, Progress, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SandboxState,
+    SnapshotSpec, StateFile, StateLock, StateSink,
 };
 use berth::workspace::WorkspaceSpec;
 use berth::SnapshotId;
@@ -89,7 +89,7 @@ fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxO
             freeze,
             state: state.clone(),
         };
-        save(&home, &saved).map_err(|e| format!("{e:#}"))
+        save(&home, &saved).map_err(|e| Box::<dyn std::error::Error + Send + Sync>::from(format!("{e:#}")))
     };
     SandboxOptions {
         compression,
@@ -266,15 +266,14 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             BackendSpec::Local { root_dir }
         }
     };
-    let mut sandbox = client
-        .create(
-            workspace,
-            snapshot,
-            args.snapshot_id.as_deref(),
-            backend,
-            opts,
-        )
-        .await?;
+    let mut spec = SandboxSpec::new(workspace)
+        .snapshot(snapshot)
+        .backend(backend)
+        .options(opts);
+    if let Some(id) = &args.snapshot_id {
+        spec = spec.snapshot_id(id.clone());
+    }
+    let mut sandbox = client.create(spec).await?;
     let started = if args.no_start {
         Ok(())
     } else {

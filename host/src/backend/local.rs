@@ -20,11 +20,13 @@ use super::{
     ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, OutputCallback, OutputStream,
 };
 use crate::byte_pipe::BlockingReader;
-use crate::sandbox::state::BackendState;
 use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
 
 const BACKEND: &str = "local backend";
+
+/// The local backend's kind in the sandbox state (`"type": "local"`).
+pub const KIND: &str = "local";
 
 /// Local backend state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,8 +152,8 @@ impl Backend for LocalBackend {
         BindMounts::AsSymlinks
     }
 
-    fn state(&self) -> BackendState {
-        BackendState::Local(self.state.clone())
+    fn state(&self) -> Result<crate::backend::BackendState, BackendError> {
+        crate::backend::BackendState::encode(KIND, &self.state)
     }
 }
 

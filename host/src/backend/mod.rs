@@ -2,6 +2,7 @@
 //! implements the small [`Backend`] trait; the lifecycle (start branches,
 //! snapshots, entries) lives once, in [`crate::sandbox`].
 
+#[cfg(feature = "docker")]
 pub mod docker;
 pub mod exec;
 pub mod local;
@@ -12,14 +13,59 @@ use tokio::io::AsyncRead;
 
 pub use exec::{ExecRequest, ExecResult, OutputCallback, OutputStream};
 
-use crate::sandbox::state::BackendState;
 use crate::workspace::entries::BindMounts;
+
+/// A backend's part of a sandbox's state: its kind (`type` in the state
+/// JSON) and its own fields, whatever they are. Each backend encodes and
+/// decodes its own; the sandbox state holds it without knowing any
+/// backend, so backends written outside this crate fit in too.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BackendState {
+    /// The backend's kind: `local`, `docker`, or an embedder's own.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The backend's fields.
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl BackendState {
+    /// Encodes `fields` (a struct serialising to a JSON object) as the
+    /// state of a backend of `kind`.
+    pub fn encode<T: serde::Serialize>(kind: &str, fields: &T) -> Result<Self, BackendError> {
+        match serde_json::to_value(fields) {
+            Ok(serde_json::Value::Object(fields)) => Ok(BackendState {
+                kind: kind.to_string(),
+                fields,
+            }),
+            Ok(other) => Err(BackendError::State {
+                kind: kind.to_string(),
+                message: format!("the state must be a JSON object, not {other}"),
+            }),
+            Err(e) => Err(BackendError::State {
+                kind: kind.to_string(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// Decodes the fields as a backend's own state type.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, BackendError> {
+        serde_json::from_value(serde_json::Value::Object(self.fields.clone())).map_err(|e| {
+            BackendError::State {
+                kind: self.kind.clone(),
+                message: e.to_string(),
+            }
+        })
+    }
+}
 
 /// A tar stream of (or for) a workspace.
 pub type ArchiveStream = Box<dyn AsyncRead + Send + Unpin>;
 
 /// A backend failure, saying what failed and what to do.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackendError {
     /// The backend's service cannot be reached (e.g. the Docker daemon).
     #[error("{backend} is unreachable: {message}")]
@@ -34,6 +80,14 @@ pub enum BackendError {
     Config {
         /// Which backend.
         backend: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A backend's saved state cannot be encoded or decoded.
+    #[error("the {kind} backend's state is unreadable: {message}")]
+    State {
+        /// The backend's kind.
+        kind: String,
         /// What is wrong.
         message: String,
     },
@@ -108,6 +162,6 @@ pub trait Backend: Send + Sync {
     /// How bind-mount entries are expressed in entry archives.
     fn bind_mounts(&self) -> BindMounts;
 
-    /// The backend's part of the sandbox state.
-    fn state(&self) -> BackendState;
+    /// The backend's part of the sandbox state (see [`BackendState`]).
+    fn state(&self) -> Result<BackendState, BackendError>;
 }

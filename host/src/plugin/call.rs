@@ -14,7 +14,7 @@ use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream};
 
 use super::capability::PluginState;
-use super::error::PluginError;
+use crate::plugin_error::PluginError;
 use super::stream_bridge::{self, alongside};
 use super::LoadedPlugin;
 use crate::store_error::{StorageError, StoreError};

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::error::PluginError;
+use crate::plugin_error::PluginError;
 
 /// Default memory grant.
 pub const DEFAULT_MAX_MEMORY: u64 = 256 * 1024 * 1024;

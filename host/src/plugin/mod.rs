@@ -17,7 +17,7 @@ mod call;
 mod capability;
 pub mod compile_cache;
 mod engine;
-mod error;
+
 pub mod inspect;
 pub mod manifest;
 mod stream_bridge;
@@ -25,7 +25,7 @@ mod wasm_remote_client;
 mod wasm_snapshot;
 
 pub use compile_cache::{CacheOutcome, CompileCache};
-pub use error::PluginError;
+pub use crate::plugin_error::PluginError;
 pub use manifest::{DirGrant, DirMode, Grants, HttpOrigin, PluginManifest, World};
 pub use wasm_remote_client::WasmRemoteClient;
 pub use wasm_snapshot::WasmSnapshot;
@@ -48,6 +48,12 @@ pub const CONTRACT_PACKAGE: &str = "berth:snapshot";
 #[derive(Clone)]
 pub struct PluginHost {
     inner: Arc<HostInner>,
+}
+
+impl std::fmt::Debug for PluginHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginHost").finish_non_exhaustive()
+    }
 }
 
 struct HostInner {

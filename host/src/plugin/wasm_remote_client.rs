@@ -8,7 +8,7 @@ use wasmtime::Store;
 
 use super::bindings::remote::RemoteClientPluginPre;
 use super::capability::PluginState;
-use super::error::PluginError;
+use crate::plugin_error::PluginError;
 use super::{LoadedPlugin, Pre};
 use crate::remote_client::RemoteSnapshotClient;
 use crate::store_error::{StorageError, StoreError};

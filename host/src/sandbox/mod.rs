@@ -29,8 +29,9 @@ use std::time::Duration;
 
 use tokio::io::AsyncRead;
 
+pub use crate::backend::BackendState;
 pub use snapshot_binding::SnapshotSpec;
-pub use state::{BackendState, SandboxState, SnapshotState, WorkspaceLineage};
+pub use state::{SandboxState, SnapshotState, WorkspaceLineage};
 pub use state_file::{StateFile, StateLock};
 
 use crate::backend::{Backend, BackendError, ExecRequest, ExecResult, Provisioned};
@@ -45,6 +46,7 @@ use crate::workspace::WorkspaceSpec;
 
 /// Why a sandbox operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SandboxError {
     /// The workspace manifest is invalid.
     #[error(transparent)]
@@ -82,6 +84,9 @@ pub enum SandboxError {
     /// The sandbox must be started first.
     #[error("the sandbox is not started; call start first")]
     NotStarted,
+    /// The state could not be saved (see [`SandboxOptions::state_sink`]).
+    #[error("saving the sandbox state failed")]
+    SaveState(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Invalid or inconsistent state.
     #[error("sandbox state: {0}")]
     State(String),
@@ -142,7 +147,8 @@ impl From<StorageError> for SandboxError {
 pub struct StateSink(pub Arc<SaveState>);
 
 /// The function behind a [`StateSink`].
-pub type SaveState = dyn Fn(&SandboxState) -> Result<(), String> + Send + Sync;
+pub type SaveState =
+    dyn Fn(&SandboxState) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync;
 
 impl std::fmt::Debug for StateSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -250,9 +256,14 @@ impl Sandbox {
 
     /// The current state, to save and resume from.
     pub fn state(&self) -> SandboxState {
-        let mut s = self.state.clone();
-        s.backend = self.backend.state();
-        s
+        self.state.clone()
+    }
+
+    /// Takes the backend's part of the state after it may have changed
+    /// (a container created, re-created or removed).
+    fn refresh_backend_state(&mut self) -> Result<(), SandboxError> {
+        self.state.backend = self.backend.state()?;
+        Ok(())
     }
 
     /// The snapshot.
@@ -263,14 +274,18 @@ impl Sandbox {
     /// Starts the sandbox, choosing one of four branches. A failure leaves
     /// `workspace_root_ready = false`.
     pub async fn start(&mut self) -> Result<StartBranch, SandboxError> {
-        let provisioned = match self.backend.ensure_running().await {
-            Ok(p) => p,
-            Err(e) => {
-                self.running = false;
-                return Err(e.into());
-            }
-        };
+        let provisioned = self.ensure_running().await?;
         self.start_provisioned(provisioned).await
+    }
+
+    /// The one `ensure_running` of a resume.
+    async fn ensure_running(&mut self) -> Result<Provisioned, SandboxError> {
+        let provisioned = self.backend.ensure_running().await;
+        self.refresh_backend_state()?;
+        provisioned.map_err(|e| {
+            self.running = false;
+            e.into()
+        })
     }
 
     /// The start branches, given what the one `ensure_running` of this
@@ -284,6 +299,7 @@ impl Sandbox {
                 self.state.workspace_root_ready = true;
                 self.running = true;
                 tracing::info!(session = %self.state.session_id, ?branch, "sandbox started");
+                self.save_state()?;
                 Ok(branch)
             }
             Err(e) => {
@@ -365,13 +381,7 @@ impl Sandbox {
     /// branches (restoring from the snapshot when there is one). For
     /// callers (like the CLI) that resume a sandbox for each command.
     pub async fn attach(&mut self) -> Result<StartBranch, SandboxError> {
-        let provisioned = match self.backend.ensure_running().await {
-            Ok(p) => p,
-            Err(e) => {
-                self.running = false;
-                return Err(e.into());
-            }
-        };
+        let provisioned = self.ensure_running().await?;
         if self.state.workspace_root_ready && self.workspace_is_ours(provisioned).await? {
             self.running = true;
             return Ok(StartBranch::Attached);
@@ -625,8 +635,7 @@ impl Sandbox {
 
     fn save_state(&self) -> Result<(), SandboxError> {
         match &self.options.state_sink {
-            Some(sink) => (sink.0)(&self.state())
-                .map_err(|e| SandboxError::State(format!("saving the sandbox state failed: {e}"))),
+            Some(sink) => (sink.0)(&self.state()).map_err(SandboxError::SaveState),
             None => Ok(()),
         }
     }
@@ -652,7 +661,9 @@ impl Sandbox {
     /// Destroys the backend resources this sandbox owns.
     pub async fn shutdown(&mut self) -> Result<(), SandboxError> {
         self.running = false;
-        self.backend.destroy().await?;
+        let destroyed = self.backend.destroy().await;
+        self.refresh_backend_state()?;
+        destroyed?;
         self.state.workspace_root_ready = false;
         Ok(())
     }
@@ -674,62 +685,227 @@ impl Sandbox {
 }
 
 /// Which backend a new sandbox runs on.
-#[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)] // built once per sandbox; boxing buys nothing
+#[non_exhaustive]
 pub enum BackendSpec {
-    /// The local backend with the workspace at `root_dir` (default: under
-    /// the client's home).
+    /// The local backend with the workspace at `root_dir` (by default,
+    /// under the client's home).
     Local {
         /// Host directory of the workspace.
         root_dir: Option<PathBuf>,
     },
     /// A Docker container.
+    #[cfg(feature = "docker")]
     Docker(crate::backend::docker::DockerOptions),
+    /// A backend of the embedder's own, already constructed. On resume,
+    /// pass it again with [`SandboxClient::resume_with_backend`].
+    Custom(Box<dyn Backend>),
 }
 
-/// Creates and resumes sandboxes.
-#[derive(Clone)]
-pub struct SandboxClient {
-    home: PathBuf,
-    plugins: Option<PluginHost>,
+impl std::fmt::Debug for BackendSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendSpec::Local { root_dir } => write!(f, "Local({root_dir:?})"),
+            #[cfg(feature = "docker")]
+            BackendSpec::Docker(o) => write!(f, "Docker({o:?})"),
+            BackendSpec::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
 }
 
-impl SandboxClient {
-    /// A client keeping local workspaces under `home`.
-    pub fn new(home: impl Into<PathBuf>) -> Self {
-        SandboxClient {
-            home: home.into(),
-            plugins: None,
+impl Default for BackendSpec {
+    /// The local backend under the client's home.
+    fn default() -> Self {
+        BackendSpec::Local { root_dir: None }
+    }
+}
+
+/// Everything a new sandbox is made from. Every field has a default:
+/// `SandboxSpec::new(workspace)` is a local sandbox with local snapshots.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct SandboxSpec {
+    /// The workspace manifest. By default, an empty workspace at
+    /// `/workspace`.
+    pub workspace: WorkspaceSpec,
+    /// Where snapshots go. By default, `<home>/snapshots` on the host.
+    pub snapshot: Option<SnapshotSpec>,
+    /// The snapshot id. By default, derived from the session id; it stays
+    /// the same for the sandbox's life.
+    pub snapshot_id: Option<String>,
+    /// The backend. By default, the local backend under the home.
+    pub backend: BackendSpec,
+    /// Tunables. By default, [`SandboxOptions::default`] (state saved
+    /// under the home, see [`SandboxClientBuilder::save_state`]).
+    pub options: SandboxOptions,
+}
+
+impl SandboxSpec {
+    /// A sandbox of `workspace`, everything else by default.
+    pub fn new(workspace: WorkspaceSpec) -> Self {
+        SandboxSpec {
+            workspace,
+            snapshot: None,
+            snapshot_id: None,
+            backend: BackendSpec::default(),
+            options: SandboxOptions::default(),
         }
     }
 
-    /// Uses `host` to load snapshot plugins (shares its compile cache).
-    pub fn with_plugin_host(mut self, host: PluginHost) -> Self {
+    /// Where snapshots go. By default, `<home>/snapshots` on the host.
+    pub fn snapshot(mut self, snapshot: SnapshotSpec) -> Self {
+        self.snapshot = Some(snapshot);
+        self
+    }
+
+    /// The snapshot id. By default, `berth-<session id>`.
+    pub fn snapshot_id(mut self, id: impl Into<String>) -> Self {
+        self.snapshot_id = Some(id.into());
+        self
+    }
+
+    /// The backend. By default, the local backend under the home.
+    pub fn backend(mut self, backend: BackendSpec) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Tunables. By default, [`SandboxOptions::default`].
+    pub fn options(mut self, options: SandboxOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        SandboxSpec::new(WorkspaceSpec::default())
+    }
+}
+
+/// Builds a [`SandboxClient`].
+#[derive(Debug)]
+pub struct SandboxClientBuilder {
+    home: PathBuf,
+    plugins: Option<PluginHost>,
+    save_state: bool,
+}
+
+impl SandboxClientBuilder {
+    /// Loads snapshot plugins with `host` (sharing its engine and compile
+    /// cache). By default, the client makes one [`PluginHost`] the first
+    /// time it needs one and shares it between all its sandboxes.
+    pub fn plugin_host(mut self, host: PluginHost) -> Self {
         self.plugins = Some(host);
         self
     }
 
-    /// Creates a sandbox (not yet started). The snapshot id is `snapshot_id`
-    /// or, by default, derived from the session id, and stays stable.
-    pub async fn create(
-        &self,
-        workspace: WorkspaceSpec,
-        snapshot: SnapshotSpec,
-        snapshot_id: Option<&str>,
-        backend: BackendSpec,
-        options: SandboxOptions,
-    ) -> Result<Sandbox, SandboxError> {
+    /// Whether sandboxes save their state, crash-safely, to
+    /// `<home>/state/<session id>.json` at the moments a crash must not
+    /// lose (after start, before and after each persist). By default, on;
+    /// a [`SandboxOptions::state_sink`] given to a sandbox replaces it.
+    pub fn save_state(mut self, save: bool) -> Self {
+        self.save_state = save;
+        self
+    }
+
+    /// The client.
+    pub fn build(self) -> SandboxClient {
+        let plugins = Arc::new(tokio::sync::OnceCell::new());
+        if let Some(host) = self.plugins {
+            let _ = plugins.set(host);
+        }
+        SandboxClient {
+            home: self.home,
+            plugins,
+            save_state: self.save_state,
+        }
+    }
+}
+
+/// Creates and resumes sandboxes.
+///
+/// The library needs a multi-threaded tokio runtime (the default of
+/// `#[tokio::main]`; `#[tokio::test(flavor = "multi_thread")]` in tests):
+/// archives are produced and consumed on blocking threads that wait on the
+/// runtime.
+#[derive(Clone, Debug)]
+pub struct SandboxClient {
+    home: PathBuf,
+    plugins: Arc<tokio::sync::OnceCell<PluginHost>>,
+    save_state: bool,
+}
+
+impl SandboxClient {
+    /// A client keeping its sandboxes' workspaces, snapshots and state
+    /// under `home`, everything else by default.
+    pub fn new(home: impl Into<PathBuf>) -> Self {
+        Self::builder(home).build()
+    }
+
+    /// A builder for a client keeping its sandboxes under `home`.
+    pub fn builder(home: impl Into<PathBuf>) -> SandboxClientBuilder {
+        SandboxClientBuilder {
+            home: home.into(),
+            plugins: None,
+            save_state: true,
+        }
+    }
+
+    /// The home directory.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// The plugin host shared by this client's sandboxes (made on first
+    /// use).
+    pub async fn plugin_host(&self) -> Result<&PluginHost, SandboxError> {
+        Ok(self
+            .plugins
+            .get_or_try_init(|| async { PluginHost::new() })
+            .await?)
+    }
+
+    /// Where a sandbox's state is saved by default.
+    pub fn state_path(&self, session_id: &str) -> PathBuf {
+        self.home.join("state").join(format!("{session_id}.json"))
+    }
+
+    /// Options with the default state file filled in, unless the caller
+    /// gave a sink or turned saving off.
+    fn with_state_file(&self, mut options: SandboxOptions, session_id: &str) -> SandboxOptions {
+        if self.save_state && options.state_sink.is_none() {
+            let file = StateFile::new(self.state_path(session_id));
+            options.state_sink = Some(StateSink(Arc::new(move |state: &SandboxState| {
+                file.write(&state.to_json())
+                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+            })));
+        }
+        options
+    }
+
+    /// Creates a sandbox (not yet started) from `spec`.
+    pub async fn create(&self, spec: SandboxSpec) -> Result<Sandbox, SandboxError> {
+        let SandboxSpec {
+            workspace,
+            snapshot,
+            snapshot_id,
+            backend,
+            options,
+        } = spec;
         workspace.validate()?;
         let session_id = new_session_id();
         let id = match snapshot_id {
             Some(id) => {
-                SnapshotId::parse(id).map_err(|e| StorageError::InvalidId(e.to_string()))?
+                SnapshotId::parse(&id).map_err(|e| StorageError::InvalidId(e.to_string()))?
             }
             None => SnapshotId::parse(&format!("berth-{session_id}"))
                 .map_err(|e| SandboxError::State(e.to_string()))?,
         };
+        let snapshot = snapshot.unwrap_or_else(|| SnapshotSpec::Local {
+            base_dir: self.home.join("snapshots"),
+        });
         let (snap, snap_state) =
-            snapshot_binding::bind(&snapshot, id, self.plugins.as_ref(), None).await?;
+            snapshot_binding::bind(&snapshot, id, self.plugin_host().await?, None).await?;
         let backend: Box<dyn Backend> = match backend {
             BackendSpec::Local { root_dir } => {
                 let root_dir =
@@ -741,6 +917,7 @@ impl SandboxClient {
                     },
                 ))
             }
+            #[cfg(feature = "docker")]
             BackendSpec::Docker(options) => {
                 let root = workspace.root.trim_end_matches('/').to_string();
                 let binds = workspace
@@ -754,9 +931,11 @@ impl SandboxClient {
                 let state = options.into_state(&session_id, &workspace.root, binds);
                 Box::new(crate::backend::docker::DockerBackend::connect(state, &session_id).await?)
             }
+            BackendSpec::Custom(backend) => backend,
         };
+        let options = self.with_state_file(options, &session_id);
         let state = SandboxState {
-            backend: backend.state(),
+            backend: backend.state()?,
             session_id,
             manifest: workspace,
             snapshot: snap_state,
@@ -766,12 +945,47 @@ impl SandboxClient {
         Ok(Sandbox::new(state, backend, snap, options))
     }
 
-    /// Resumes a sandbox from saved state. The snapshot client is re-created
-    /// from `snapshot` if given, else from what the state records.
+    /// Resumes a sandbox from saved state. The snapshot is bound again from
+    /// `snapshot` if given, else from what the state records (a manifest
+    /// path); the backend from the state's `type` (`local`, `docker`).
+    /// Snapshots are compressed if the state says they were.
     pub async fn resume(
         &self,
         state: SandboxState,
         snapshot: Option<SnapshotSpec>,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, SandboxError> {
+        let backend: Box<dyn Backend> = match state.backend.kind.as_str() {
+            crate::backend::local::KIND => Box::new(crate::backend::local::LocalBackend::new(
+                state.backend.decode()?,
+            )),
+            #[cfg(feature = "docker")]
+            crate::backend::docker::KIND => Box::new(
+                crate::backend::docker::DockerBackend::connect(
+                    state.backend.decode()?,
+                    &state.session_id,
+                )
+                .await?,
+            ),
+            other => {
+                return Err(SandboxError::State(format!(
+                    "this build cannot resume a {other:?} backend: use SandboxClient::resume_with_backend with the backend's own constructor{}",
+                    if other == "docker" { " (or build berth with its `docker` feature)" } else { "" }
+                )))
+            }
+        };
+        self.resume_with_backend(state, snapshot, backend, options)
+            .await
+    }
+
+    /// Resumes a sandbox onto `backend`, constructed by the caller from
+    /// the state's backend part ([`BackendState::decode`]): how sandboxes
+    /// on a backend of the embedder's own are resumed.
+    pub async fn resume_with_backend(
+        &self,
+        state: SandboxState,
+        snapshot: Option<SnapshotSpec>,
+        backend: Box<dyn Backend>,
         options: SandboxOptions,
     ) -> Result<Sandbox, SandboxError> {
         let spec = match snapshot {
@@ -781,18 +995,13 @@ impl SandboxClient {
         let (snap, mut snap_state) = snapshot_binding::bind(
             &spec,
             state.snapshot.id.clone(),
-            self.plugins.as_ref(),
+            self.plugin_host().await?,
             Some(&state.snapshot),
         )
         .await?;
         snap_state.digest = state.snapshot.digest.clone();
-        let backend: Box<dyn Backend> = match &state.backend {
-            BackendState::Local(s) => Box::new(crate::backend::local::LocalBackend::new(s.clone())),
-            BackendState::Docker(s) => Box::new(
-                crate::backend::docker::DockerBackend::connect(s.clone(), &state.session_id)
-                    .await?,
-            ),
-        };
+        let mut options = self.with_state_file(options, &state.session_id);
+        options.compression |= state.snapshot.compression.is_some();
         let mut state = state;
         state.snapshot = snap_state;
         Ok(Sandbox::new(state, backend, snap, options))

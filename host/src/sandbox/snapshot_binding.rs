@@ -6,17 +6,22 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use super::state::{PluginRef, SnapshotState};
 use super::SandboxError;
-use crate::plugin::{PluginHost, World};
+use crate::plugin::{Plugin, PluginHost, World};
+use crate::remote_client::RemoteSnapshotClient;
 use crate::snapshot::{LocalSnapshot, NoopSnapshot, RemoteSnapshot, SandboxSnapshot};
 use crate::snapshot_id::SnapshotId;
 
 /// Where a sandbox's snapshots go.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+///
+/// The state records manifest paths, never live objects: a sandbox whose
+/// store was given as an object ([`SnapshotSpec::RemoteClient`],
+/// [`SnapshotSpec::Custom`], or a [`SnapshotSpec::LoadedPlugin`] not loaded
+/// from a file) is resumed by passing the same spec to
+/// [`super::SandboxClient::resume`] again.
+#[derive(Clone)]
+#[non_exhaustive]
 pub enum SnapshotSpec {
     /// Persistence disabled.
     Noop,
@@ -35,6 +40,29 @@ pub enum SnapshotSpec {
         /// Plugin manifest path.
         plugin: PathBuf,
     },
+    /// A plugin already loaded with a [`PluginHost`]: a
+    /// `remote-client-plugin` becomes a remote snapshot, a
+    /// `snapshot-plugin` is used as it is.
+    LoadedPlugin(Plugin),
+    /// Any remote snapshot client, native or Wasm: the snapshot is the
+    /// archive stored under the sandbox's snapshot id.
+    RemoteClient(Arc<dyn RemoteSnapshotClient>),
+    /// A whole snapshot implementation of the embedder's own.
+    Custom(Arc<dyn SandboxSnapshot>),
+}
+
+impl std::fmt::Debug for SnapshotSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotSpec::Noop => f.write_str("Noop"),
+            SnapshotSpec::Local { base_dir } => write!(f, "Local({})", base_dir.display()),
+            SnapshotSpec::Remote { plugin } => write!(f, "Remote({})", plugin.display()),
+            SnapshotSpec::Plugin { plugin } => write!(f, "Plugin({})", plugin.display()),
+            SnapshotSpec::LoadedPlugin(p) => write!(f, "LoadedPlugin({})", p.name()),
+            SnapshotSpec::RemoteClient(_) => f.write_str("RemoteClient(..)"),
+            SnapshotSpec::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
 }
 
 impl SnapshotSpec {
@@ -47,7 +75,7 @@ impl SnapshotSpec {
                 .map(|p| p.manifest.clone())
                 .ok_or_else(|| {
                     SandboxError::State(format!(
-                        "{} snapshot without a plugin reference",
+                        "this sandbox's {} snapshot store was given as an object, not a manifest file: pass the same SnapshotSpec to SandboxClient::resume",
                         state.kind
                     ))
                 })
@@ -62,6 +90,11 @@ impl SnapshotSpec {
             },
             "remote" => SnapshotSpec::Remote { plugin: plugin()? },
             "plugin" => SnapshotSpec::Plugin { plugin: plugin()? },
+            "custom" => {
+                return Err(SandboxError::State(
+                    "this sandbox's snapshot is the embedder's own: pass the same SnapshotSpec::Custom to SandboxClient::resume".into(),
+                ))
+            }
             other => {
                 return Err(SandboxError::State(format!(
                     "unknown snapshot type {other:?}"
@@ -77,7 +110,7 @@ impl SnapshotSpec {
 pub async fn bind(
     spec: &SnapshotSpec,
     id: SnapshotId,
-    host: Option<&PluginHost>,
+    host: &PluginHost,
     previous: Option<&SnapshotState>,
 ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotState), SandboxError> {
     let mut state = SnapshotState {
@@ -100,48 +133,76 @@ pub async fn bind(
             state.base_dir = Some(base_dir.clone());
             Arc::new(LocalSnapshot::new(id, base_dir.clone())?)
         }
+        SnapshotSpec::RemoteClient(client) => {
+            state.kind = "remote".into();
+            Arc::new(RemoteSnapshot::new(id, client.clone()))
+        }
+        SnapshotSpec::Custom(snapshot) => {
+            state.kind = "custom".into();
+            snapshot.clone()
+        }
+        SnapshotSpec::LoadedPlugin(loaded) => {
+            let source = loaded.manifest().source.clone();
+            bind_plugin(loaded, source, None, id, previous, &mut state).await?
+        }
         SnapshotSpec::Remote { plugin } | SnapshotSpec::Plugin { plugin } => {
-            let owned_host;
-            let host = match host {
-                Some(h) => h,
-                None => {
-                    owned_host = PluginHost::new()?;
-                    &owned_host
-                }
-            };
             let loaded = host.load_file(plugin).await?;
-            if let Some(prev) = previous.and_then(|p| p.plugin.as_ref()) {
-                if prev.component_digest != loaded.digest() {
-                    tracing::warn!(
-                        plugin = %plugin.display(),
-                        recorded = %prev.component_digest,
-                        now = %loaded.digest(),
-                        "the snapshot plugin's component changed since this sandbox was saved"
-                    );
-                }
-            }
-            state.plugin = Some(PluginRef {
-                manifest: plugin.clone(),
-                component_digest: loaded.digest().to_string(),
-            });
-            match spec {
-                SnapshotSpec::Remote { .. } => {
-                    if loaded.world() != World::RemoteClient {
-                        return Err(SandboxError::State(format!(
-                            "{} is a {}, but a remote snapshot needs a remote-client-plugin",
-                            plugin.display(),
-                            loaded.world().name()
-                        )));
-                    }
-                    state.kind = "remote".into();
-                    Arc::new(RemoteSnapshot::new(id, Arc::new(loaded.remote_client()?)))
-                }
-                _ => {
-                    state.kind = "plugin".into();
-                    Arc::new(loaded.open_snapshot(id.as_str()).await?)
-                }
-            }
+            let wants = match spec {
+                SnapshotSpec::Remote { .. } => Some(World::RemoteClient),
+                _ => Some(World::Snapshot),
+            };
+            bind_plugin(&loaded, Some(plugin.clone()), wants, id, previous, &mut state).await?
         }
     };
     Ok((snapshot, state))
+}
+
+/// A loaded plugin as the sandbox's snapshot: a remote client becomes a
+/// remote snapshot, a snapshot plugin opens `id`. `wants` is the world the
+/// spec asked for, if it named one.
+async fn bind_plugin(
+    loaded: &Plugin,
+    manifest: Option<PathBuf>,
+    wants: Option<World>,
+    id: SnapshotId,
+    previous: Option<&SnapshotState>,
+    state: &mut SnapshotState,
+) -> Result<Arc<dyn SandboxSnapshot>, SandboxError> {
+    let name = manifest
+        .as_ref()
+        .map(|m| m.display().to_string())
+        .unwrap_or_else(|| loaded.name().to_string());
+    if let Some(prev) = previous.and_then(|p| p.plugin.as_ref()) {
+        if prev.component_digest != loaded.digest() {
+            tracing::warn!(
+                plugin = %name,
+                recorded = %prev.component_digest,
+                now = %loaded.digest(),
+                "the snapshot plugin's component changed since this sandbox was saved"
+            );
+        }
+    }
+    state.plugin = manifest.map(|manifest| PluginRef {
+        manifest,
+        component_digest: loaded.digest().to_string(),
+    });
+    if let Some(wants) = wants {
+        if loaded.world() != wants {
+            return Err(SandboxError::State(format!(
+                "{name} is a {}, but this snapshot needs a {}",
+                loaded.world().name(),
+                wants.name()
+            )));
+        }
+    }
+    Ok(match loaded.world() {
+        World::RemoteClient => {
+            state.kind = "remote".into();
+            Arc::new(RemoteSnapshot::new(id, Arc::new(loaded.remote_client()?)))
+        }
+        _ => {
+            state.kind = "plugin".into();
+            Arc::new(loaded.open_snapshot(id.as_str()).await?)
+        }
+    })
 }

@@ -52,16 +52,7 @@ pub struct SnapshotState {
     pub persist_pending: bool,
 }
 
-/// Backend-specific state, tagged by `type`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[allow(clippy::large_enum_variant)] // one per sandbox; boxing buys nothing
-pub enum BackendState {
-    /// The local (unisolated) backend.
-    Local(crate::backend::local::LocalState),
-    /// The Docker backend.
-    Docker(crate::backend::docker::DockerState),
-}
+pub use crate::backend::BackendState;
 
 /// Where the running workspace came from. A stop may only replace the
 /// snapshot with a workspace that descends from it (see

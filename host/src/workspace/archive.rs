@@ -64,6 +64,7 @@ impl ArchiveLimits {
 
 /// Why an archive was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ArchiveError {
     /// An absolute path.
     #[error("archive entry {0:?} has an absolute path")]

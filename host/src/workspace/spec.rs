@@ -103,6 +103,7 @@ pub enum Entry {
 
 /// Why a manifest is invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpecError {
     /// An entry key is absolute, empty, or climbs out with `..`.
     #[error("workspace entry {key:?}: {reason}; keys are paths relative to the workspace root, without '..'")]

@@ -32,11 +32,13 @@ use super::{
     ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, OutputStream, Provisioned,
 };
 use crate::byte_pipe::{self, BlockingReader};
-use crate::sandbox::state::BackendState;
 use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
 
 pub(crate) const BACKEND: &str = "docker backend";
+
+/// The Docker backend's kind in the sandbox state (`"type": "docker"`).
+pub const KIND: &str = "docker";
 
 /// Default pids limit when run arguments do not set one.
 pub const DEFAULT_PIDS_LIMIT: i64 = 1024;
@@ -756,7 +758,7 @@ impl Backend for DockerBackend {
         BindMounts::Skip
     }
 
-    fn state(&self) -> BackendState {
-        BackendState::Docker(self.state.clone())
+    fn state(&self) -> Result<crate::backend::BackendState, BackendError> {
+        crate::backend::BackendState::encode(KIND, &self.state)
     }
 }

@@ -3,7 +3,7 @@
 
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::plugin::error::PluginError;
+use crate::plugin_error::PluginError;
 use crate::plugin::manifest::{DirGrant, DirMode};
 
 pub(super) fn preopen(

@@ -16,7 +16,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::error::PluginError;
+use crate::plugin_error::PluginError;
 use super::manifest::Grants;
 
 /// The per-call store data: one fresh instance per operation gets one of

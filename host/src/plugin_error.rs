@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 /// Errors of the plugin host. Each names the plugin and says what to do.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PluginError {
     /// The manifest could not be read or is invalid.
     #[error("plugin manifest {path}: {message}")]
