@@ -39,7 +39,12 @@ async fn resume_in_every_case_restores_byte_identical() {
     let client = SandboxClient::new(dir.path());
     let snaps = dir.path().join("snaps");
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(workspace()).snapshot(SnapshotSpec::Local { base_dir: snaps }).backend(BackendSpec::Docker(DockerOptions::new(test_image()))).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(workspace())
+                .snapshot(SnapshotSpec::Local { base_dir: snaps })
+                .backend(BackendSpec::Docker(DockerOptions::new(test_image())))
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     assert_eq!(sb.start().await.unwrap(), StartBranch::Fresh);
@@ -123,7 +128,12 @@ async fn timeout_kills_the_process_inside_the_container() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path());
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Docker(DockerOptions::new(test_image()))).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Docker(DockerOptions::new(test_image())))
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -186,7 +196,12 @@ async fn limits_labels_and_secure_defaults_are_on_the_container() {
             "team=agents".into(),
         ]);
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Docker(options)).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Docker(options))
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -219,7 +234,12 @@ async fn unsupported_run_arguments_are_refused_by_name() {
     let client = SandboxClient::new(dir.path());
     let options = DockerOptions::new(test_image()).run_args(vec!["--privileged".into()]);
     let err = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Docker(options)).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Docker(options))
+                .options(SandboxOptions::default()),
+        )
         .await
         .err()
         .expect("--privileged must be refused");
@@ -270,9 +290,16 @@ async fn a_container_we_do_not_own_is_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path());
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
-                base_dir: dir.path().join("snaps"),
-            }).backend(BackendSpec::Docker(DockerOptions::new(test_image()).existing_container(&name))).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Local {
+                    base_dir: dir.path().join("snaps"),
+                })
+                .backend(BackendSpec::Docker(
+                    DockerOptions::new(test_image()).existing_container(&name),
+                ))
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -304,7 +331,12 @@ async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
     let options =
         DockerOptions::new(test_image()).docker_host("unix:///nonexistent/berth-docker.sock");
     let err = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Docker(options)).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Docker(options))
+                .options(SandboxOptions::default()),
+        )
         .await
         .err()
         .expect("must fail");

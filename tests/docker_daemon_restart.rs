@@ -91,9 +91,14 @@ async fn a_daemon_restart_mid_session_is_survived() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path());
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
-                base_dir: dir.path().join("s"),
-            }).backend(BackendSpec::Docker(DockerOptions::new(test_image()))).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Local {
+                    base_dir: dir.path().join("s"),
+                })
+                .backend(BackendSpec::Docker(DockerOptions::new(test_image())))
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();

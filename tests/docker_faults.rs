@@ -20,9 +20,14 @@ async fn new_sandbox(
     snaps: &std::path::Path,
 ) -> Sandbox {
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
-                base_dir: snaps.to_path_buf(),
-            }).backend(BackendSpec::Docker(options)).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Local {
+                    base_dir: snaps.to_path_buf(),
+                })
+                .backend(BackendSpec::Docker(options))
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();

@@ -269,9 +269,14 @@ async fn sandbox(dir: &Path) -> Sandbox {
         ..SandboxOptions::default()
     };
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local {
-                root_dir: Some(dir.join("root")),
-            }).options(options))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Local {
+                    root_dir: Some(dir.join("root")),
+                })
+                .options(options),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -331,7 +336,12 @@ async fn hostile_corpus_is_refused_or_made_harmless() {
         // Beside the root: only the client's home, holding only the
         // sandbox's saved state.
         assert_eq!(tree(work.path()), vec!["home", "root"], "{}", case.name);
-        assert_eq!(tree(&work.path().join("home")), vec!["state"], "{}", case.name);
+        assert_eq!(
+            tree(&work.path().join("home")),
+            vec!["state"],
+            "{}",
+            case.name
+        );
     }
 }
 

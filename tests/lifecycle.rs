@@ -43,9 +43,14 @@ async fn four_start_branches_stop_and_resume() {
     let client = SandboxClient::new(dir.path().join("home"));
     let snapshots = dir.path().join("snapshots");
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(manifest(&notes)).snapshot(SnapshotSpec::Local {
-                base_dir: snapshots.clone(),
-            }).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(manifest(&notes))
+                .snapshot(SnapshotSpec::Local {
+                    base_dir: snapshots.clone(),
+                })
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     assert!(!sb.is_running());
@@ -78,7 +83,9 @@ async fn four_start_branches_stop_and_resume() {
     let root = {
         let l = &state.backend;
         assert_eq!(l.kind, "local");
-        l.decode::<berth::backend::local::LocalState>().unwrap().root_dir
+        l.decode::<berth::backend::local::LocalState>()
+            .unwrap()
+            .root_dir
     };
     // Stop destroys nothing.
     assert!(root.join("agent.txt").is_file());
@@ -144,7 +151,13 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     }))
     .unwrap();
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(spec).snapshot(SnapshotSpec::Noop).snapshot_id("my-stable-id").backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(spec)
+                .snapshot(SnapshotSpec::Noop)
+                .snapshot_id("my-stable-id")
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     assert_eq!(sb.state().snapshot.id.as_str(), "my-stable-id");
@@ -154,7 +167,12 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     assert!(!sb.is_running());
 
     let mut derived = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     let state = derived.state();
@@ -173,7 +191,12 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     )
     .unwrap();
     let err = client
-        .create(berth::sandbox::SandboxSpec::new(bad).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(bad)
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(SandboxOptions::default()),
+        )
         .await
         .err()
         .unwrap();
@@ -201,7 +224,11 @@ fn state_json_round_trips_and_old_samples_load() {
     {
         let l = &old.backend;
         assert_eq!(l.kind, "local");
-        assert!(l.decode::<berth::backend::local::LocalState>().unwrap().owned)
+        assert!(
+            l.decode::<berth::backend::local::LocalState>()
+                .unwrap()
+                .owned
+        )
     }
     let again = SandboxState::from_json(&old.to_json()).unwrap();
     assert_eq!(again, old);
@@ -217,9 +244,14 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
     )
     .unwrap();
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(spec).snapshot(SnapshotSpec::Local {
-                base_dir: snapshots.clone(),
-            }).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(spec)
+                .snapshot(SnapshotSpec::Local {
+                    base_dir: snapshots.clone(),
+                })
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -228,7 +260,9 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
     let root = {
         let l = &state.backend;
         assert_eq!(l.kind, "local");
-        l.decode::<berth::backend::local::LocalState>().unwrap().root_dir
+        l.decode::<berth::backend::local::LocalState>()
+            .unwrap()
+            .root_dir
     };
     // Replace the stored archive with a different, perfectly valid one.
     let evil_src = dir.path().join("evil");
@@ -283,9 +317,14 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
     };
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Plugin {
-                plugin: manifest_path.clone(),
-            }).backend(BackendSpec::Local { root_dir: None }).options(options()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Plugin {
+                    plugin: manifest_path.clone(),
+                })
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(options()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -324,7 +363,12 @@ async fn exec_timeout_kills_the_process_group_and_caps_count_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -376,11 +420,16 @@ async fn close_runs_shutdown_even_when_stop_fails() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
-                base_dir: dir.path().join("snaps"),
-            }).backend(BackendSpec::Local {
-                root_dir: Some(dir.path().join("ws")),
-            }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Local {
+                    base_dir: dir.path().join("snaps"),
+                })
+                .backend(BackendSpec::Local {
+                    root_dir: Some(dir.path().join("ws")),
+                })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();

@@ -162,9 +162,15 @@ async fn stop_freezes_the_container_so_the_snapshot_is_one_moment() {
             ..SandboxOptions::default()
         };
         let mut sb = client
-            .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
-                    base_dir: snaps.clone(),
-                }).snapshot_id("freeze").backend(BackendSpec::Docker(DockerOptions::new(test_image()))).options(options))
+            .create(
+                berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                    .snapshot(SnapshotSpec::Local {
+                        base_dir: snaps.clone(),
+                    })
+                    .snapshot_id("freeze")
+                    .backend(BackendSpec::Docker(DockerOptions::new(test_image())))
+                    .options(options),
+            )
             .await
             .unwrap();
         sb.start().await.unwrap();
@@ -235,7 +241,13 @@ async fn a_store_that_keeps_sending_is_cut_off_at_the_recorded_size() {
     let manifest = faulty_manifest(dir.path(), "endless-download", 300);
     let client = SandboxClient::new(dir.path());
     let sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Remote { plugin: manifest }).snapshot_id("endless").backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Remote { plugin: manifest })
+                .snapshot_id("endless")
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     // As if a 10 000-byte snapshot had been persisted.
@@ -294,7 +306,12 @@ async fn hydrate_reads_a_users_stream_no_further_than_the_archive_limit() {
         ..SandboxOptions::default()
     };
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop).backend(BackendSpec::Local { root_dir: None }).options(options))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(options),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -313,11 +330,17 @@ async fn stop_refuses_a_workspace_that_replaced_the_one_it_set_up() {
     let client = SandboxClient::new(dir.path());
     let root = dir.path().join("ws");
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
-                base_dir: dir.path().join("snaps"),
-            }).snapshot_id("guarded").backend(BackendSpec::Local {
-                root_dir: Some(root.clone()),
-            }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Local {
+                    base_dir: dir.path().join("snaps"),
+                })
+                .snapshot_id("guarded")
+                .backend(BackendSpec::Local {
+                    root_dir: Some(root.clone()),
+                })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();

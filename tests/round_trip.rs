@@ -183,9 +183,14 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
             BackendSpec::Local { root_dir: None }
         };
         let mut sb = client
-            .create(berth::sandbox::SandboxSpec::new(workspace).snapshot(SnapshotSpec::Local {
-                    base_dir: home.join("snapshots"),
-                }).backend(backend).options(SandboxOptions::default()))
+            .create(
+                berth::sandbox::SandboxSpec::new(workspace)
+                    .snapshot(SnapshotSpec::Local {
+                        base_dir: home.join("snapshots"),
+                    })
+                    .backend(backend)
+                    .options(SandboxOptions::default()),
+            )
             .await
             .unwrap();
         sb.start().await.unwrap();

@@ -184,7 +184,12 @@ async fn a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory() {
     let manifest = s3_manifest(dir.path(), &s3, &unique("sandbox"));
     let host_a = SandboxClient::new(dir.path().join("host-a"));
     let mut sb = host_a
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Remote { plugin: manifest }).backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Remote { plugin: manifest })
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();
@@ -234,7 +239,13 @@ async fn boto3_reads_what_the_plugin_wrote_as_a_valid_tar() {
     let manifest = s3_manifest(dir.path(), &s3, &prefix);
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Remote { plugin: manifest }).snapshot_id("boto3-check").backend(BackendSpec::Local { root_dir: None }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Remote { plugin: manifest })
+                .snapshot_id("boto3-check")
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(SandboxOptions::default()),
+        )
         .await
         .unwrap();
     sb.start().await.unwrap();

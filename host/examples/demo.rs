@@ -90,15 +90,22 @@ async fn main() -> anyhow::Result<ExitCode> {
             ".cache": {"type": "dir", "ephemeral": true, "children": {"token": {"type": "file", "content": "not persisted"}}}
         }
     }))?;
-    let client = SandboxClient::builder(base.join("home")).plugin_host(host).build();
+    let client = SandboxClient::builder(base.join("home"))
+        .plugin_host(host)
+        .build();
     let options = || SandboxOptions {
         compression: true,
         ..SandboxOptions::default()
     };
     let mut sandbox = client
-        .create(berth::sandbox::SandboxSpec::new(workspace).snapshot(SnapshotSpec::Remote {
-                plugin: manifest.clone(),
-            }).backend(BackendSpec::Local { root_dir: None }).options(options()))
+        .create(
+            berth::sandbox::SandboxSpec::new(workspace)
+                .snapshot(SnapshotSpec::Remote {
+                    plugin: manifest.clone(),
+                })
+                .backend(BackendSpec::Local { root_dir: None })
+                .options(options()),
+        )
         .await?;
     let branch = sandbox.start().await?;
     let root = sandbox.state().backend.decode::<LocalState>()?.root_dir;
@@ -202,9 +209,16 @@ async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<
         ..SandboxOptions::default()
     };
     let mut sandbox = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Remote {
-                plugin: manifest.to_path_buf(),
-            }).backend(BackendSpec::Docker(DockerOptions::new(image).memory(256 << 20))).options(options()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Remote {
+                    plugin: manifest.to_path_buf(),
+                })
+                .backend(BackendSpec::Docker(
+                    DockerOptions::new(image).memory(256 << 20),
+                ))
+                .options(options()),
+        )
         .await?;
     sandbox.start().await?;
     sh(

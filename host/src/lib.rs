@@ -1,18 +1,53 @@
 //! Berth: a sandbox runtime for AI-agent workspaces whose snapshot storage
 //! backends are WebAssembly component plugins.
 //!
-//! The crate is organised by concept (see `docs/ARCHITECTURE.md`):
+//! An agent works in a *sandbox*: a workspace where it runs shell commands.
+//! A [`SandboxClient`] creates sandboxes from a [`SandboxSpec`] and resumes
+//! them from their saved [`SandboxState`] (JSON); a [`Sandbox`] runs the
+//! lifecycle — [`start`](Sandbox::start) (fresh, or restored from its
+//! snapshot), [`exec`](Sandbox::exec), [`stop`](Sandbox::stop) (persist the
+//! workspace, destroying nothing), [`shutdown`](Sandbox::shutdown). Where
+//! the workspace lives is a [`Backend`]: the local one (a host directory, not
+//! isolated), Docker (feature `docker`, on by default), or the embedder's
+//! own. Where snapshots go is a [`SnapshotSpec`]: a host directory, a Wasm
+//! plugin loaded by a [`PluginHost`] and granted only what its manifest
+//! lists, any [`RemoteSnapshotClient`], or the embedder's own
+//! [`SandboxSnapshot`].
 //!
-//! - [`snapshot_id`]: the id grammar every store shares.
-//! - [`store_error`]: what a snapshot store can say went wrong.
-//! - [`remote_client`]: the [`RemoteSnapshotClient`] trait (a byte store keyed
-//!   by snapshot id) and its native directory implementation.
-//! - [`snapshot`]: the [`SandboxSnapshot`] trait (where one sandbox's archive
-//!   lives) and the native `noop`, `local` and `remote` snapshots.
-//! - [`plugin`]: the wasmtime host that loads store plugins, grants them
-//!   capabilities and adapts them to the two traits.
-//! - [`conformance`]: the contract's clauses as executable checks, run
-//!   against native and Wasm stores alike.
+//! ```
+//! use std::time::Duration;
+//! use berth::{ExecRequest, SandboxClient, SandboxSpec, WorkspaceSpec};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?; let home = dir.path();
+//! let client = SandboxClient::new(home); // workspaces, snapshots and state under `home`
+//! let workspace: WorkspaceSpec =
+//!     serde_json::from_str(r#"{"entries": {"task.md": {"type": "file", "content": "hi\n"}}}"#)?;
+//! let mut sandbox = client.create(SandboxSpec::new(workspace)).await?;
+//! sandbox.start().await?;
+//! let result = sandbox
+//!     .exec(ExecRequest::new("cat task.md", Duration::from_secs(10)))
+//!     .await?;
+//! assert_eq!(result.stdout, "hi\n");
+//! sandbox.stop().await?; // the workspace is now in its snapshot
+//! # Ok(()) }
+//! ```
+//!
+//! The library needs a multi-threaded tokio runtime (the default of
+//! `#[tokio::main]`). `examples/embed.rs` loads a plugin and resumes a
+//! sandbox from its JSON; `docs/ARCHITECTURE.md` maps the modules and the
+//! data paths of stop and resume.
+//!
+//! Modules, by concept:
+//!
+//! - [`sandbox`]: the lifecycle engine, its state and options.
+//! - [`backend`]: the [`Backend`] trait, the local and Docker backends.
+//! - [`workspace`]: workspace manifests and archives (the hydrate policy).
+//! - [`snapshot`] and [`remote_client`]: where archives are kept.
+//! - [`plugin`]: the wasmtime host that loads store plugins.
+//! - [`conformance`]: the plugin contract's clauses as executable checks.
+//! - [`snapshot_id`] and [`store_error`]: the id grammar and store errors.
+#![deny(missing_docs)]
 
 mod archive_dir;
 pub mod backend;
@@ -28,7 +63,14 @@ pub mod snapshot_id;
 pub mod store_error;
 pub mod workspace;
 
+pub use backend::{Backend, BackendError, BackendState, ExecRequest, ExecResult};
+pub use plugin::{Plugin, PluginError, PluginHost, PluginManifest};
 pub use remote_client::RemoteSnapshotClient;
+pub use sandbox::{
+    BackendSpec, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
+    SnapshotSpec, StartBranch,
+};
 pub use snapshot::SandboxSnapshot;
 pub use snapshot_id::{SnapshotId, SnapshotIdError};
 pub use store_error::{StorageError, StoreError};
+pub use workspace::WorkspaceSpec;

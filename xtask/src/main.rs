@@ -34,12 +34,18 @@ fn main() -> Result<()> {
         Some("bench") => {
             setup(&root)?;
             build_guests(&root)?;
-            run(Command::new("cargo")
-                .current_dir(&root)
-                .args(["build", "--package", "berth-cli", "--package", "berth-bench"]))?;
-            run(Command::new(berth_binary(&root).with_file_name("berth-bench"))
-                .current_dir(&root)
-                .args(&args[1..]))
+            run(Command::new("cargo").current_dir(&root).args([
+                "build",
+                "--package",
+                "berth-cli",
+                "--package",
+                "berth-bench",
+            ]))?;
+            run(
+                Command::new(berth_binary(&root).with_file_name("berth-bench"))
+                    .current_dir(&root)
+                    .args(&args[1..]),
+            )
         }
         _ => {
             eprintln!(
@@ -450,7 +456,15 @@ fn demo(root: &Path) -> Result<()> {
     let fs_store = root.join("guest-examples/target/wasm32-wasip2/release/fs_store.wasm");
     run(Command::new("cargo")
         .current_dir(root)
-        .args(["run", "--quiet", "--package", "berth", "--example", "demo", "--"])
+        .args([
+            "run",
+            "--quiet",
+            "--package",
+            "berth",
+            "--example",
+            "demo",
+            "--",
+        ])
         .arg(fs_store))
 }
 

@@ -308,9 +308,14 @@ async fn berth_roundtrip(
     snapshot: SnapshotSpec,
 ) -> anyhow::Result<(f64, f64)> {
     let mut sb = client
-        .create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(snapshot).backend(BackendSpec::Local {
-                root_dir: Some(src.to_path_buf()),
-            }).options(SandboxOptions::default()))
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(snapshot)
+                .backend(BackendSpec::Local {
+                    root_dir: Some(src.to_path_buf()),
+                })
+                .options(SandboxOptions::default()),
+        )
         .await?;
     sb.start().await?;
     let t = Instant::now();
@@ -602,9 +607,14 @@ async fn docker_rows(
     let opts = || SandboxOptions::default();
     let snaps = base.join("docker-snaps");
     let new_sandbox = || {
-        client.create(berth::sandbox::SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Local {
-                base_dir: snaps.clone(),
-            }).backend(BackendSpec::Docker(DockerOptions::new(image.clone()))).options(opts()))
+        client.create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Local {
+                    base_dir: snaps.clone(),
+                })
+                .backend(BackendSpec::Docker(DockerOptions::new(image.clone())))
+                .options(opts()),
+        )
     };
 
     // create+start vs docker run -d

@@ -89,7 +89,8 @@ fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxO
             freeze,
             state: state.clone(),
         };
-        save(&home, &saved).map_err(|e| Box::<dyn std::error::Error + Send + Sync>::from(format!("{e:#}")))
+        save(&home, &saved)
+            .map_err(|e| Box::<dyn std::error::Error + Send + Sync>::from(format!("{e:#}")))
     };
     SandboxOptions {
         compression,

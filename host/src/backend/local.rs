@@ -19,7 +19,6 @@ use super::Provisioned;
 use super::{
     ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, OutputCallback, OutputStream,
 };
-use crate::byte_pipe::BlockingReader;
 use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
 
@@ -125,14 +124,9 @@ impl Backend for LocalBackend {
     }
 
     async fn write_archive(&self, stream: ArchiveStream) -> Result<(), BackendError> {
-        let root = self.state.root_dir.clone();
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            archive::unpack_into(BlockingReader::new(stream, handle), &root)
-        })
-        .await
-        .map_err(|e| Self::op_error("extracting into the workspace", e))?
-        .map_err(|e| Self::op_error("extracting into the workspace", e))?;
+        archive::extract_stream(stream, self.state.root_dir.clone())
+            .await
+            .map_err(|e| Self::op_error("extracting into the workspace", e))?;
         Ok(())
     }
 

@@ -14,9 +14,9 @@ use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream};
 
 use super::capability::PluginState;
-use crate::plugin_error::PluginError;
 use super::stream_bridge::{self, alongside};
 use super::LoadedPlugin;
+use crate::plugin_error::PluginError;
 use crate::store_error::{StorageError, StoreError};
 
 /// A guest call's future: the trap layer outside, the contract's answer

@@ -24,8 +24,8 @@ mod stream_bridge;
 mod wasm_remote_client;
 mod wasm_snapshot;
 
-pub use compile_cache::{CacheOutcome, CompileCache};
 pub use crate::plugin_error::PluginError;
+pub use compile_cache::{CacheOutcome, CompileCache};
 pub use manifest::{DirGrant, DirMode, Grants, HttpOrigin, PluginManifest, World};
 pub use wasm_remote_client::WasmRemoteClient;
 pub use wasm_snapshot::WasmSnapshot;
@@ -131,6 +131,19 @@ impl PluginHost {
 
     /// Compiles (or fetches from the cache) and links a plugin, checking that
     /// it exports the manifest's world at this host's contract version.
+    ///
+    /// ```no_run
+    /// use berth::plugin::{DirMode, PluginHost, PluginManifest, World};
+    /// use berth::{SandboxSpec, SnapshotSpec, WorkspaceSpec};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let manifest = PluginManifest::for_component("fs_store.wasm", World::RemoteClient)
+    ///     .with_dir("/srv/snapshots", "/data", DirMode::ReadWrite) // its only grant
+    ///     .with_config("root", "/data");
+    /// let plugin = PluginHost::new()?.load(manifest).await?;
+    /// let spec = SandboxSpec::new(WorkspaceSpec::default())
+    ///     .snapshot(SnapshotSpec::LoadedPlugin(plugin));
+    /// # let _ = spec; Ok(()) }
+    /// ```
     pub async fn load(&self, manifest: PluginManifest) -> Result<Plugin, PluginError> {
         let started = Instant::now();
         // Fail at load, not on the first call, when a grant cannot be met.

@@ -8,8 +8,8 @@ use wasmtime::Store;
 
 use super::bindings::remote::RemoteClientPluginPre;
 use super::capability::PluginState;
-use crate::plugin_error::PluginError;
 use super::{LoadedPlugin, Pre};
+use crate::plugin_error::PluginError;
 use crate::remote_client::RemoteSnapshotClient;
 use crate::store_error::{StorageError, StoreError};
 

@@ -8,8 +8,8 @@ use wasmtime::Store;
 
 use super::bindings::snapshot::{SnapshotPlugin, SnapshotPluginPre};
 use super::capability::PluginState;
-use crate::plugin_error::PluginError;
 use super::{LoadedPlugin, Pre};
+use crate::plugin_error::PluginError;
 use crate::snapshot::SandboxSnapshot;
 use crate::store_error::{StorageError, StoreError};
 

@@ -686,6 +686,7 @@ impl Sandbox {
 
 /// Which backend a new sandbox runs on.
 #[non_exhaustive]
+#[allow(clippy::large_enum_variant)] // built once per sandbox; boxing buys nothing
 pub enum BackendSpec {
     /// The local backend with the workspace at `root_dir` (by default,
     /// under the client's home).
@@ -843,6 +844,17 @@ impl SandboxClient {
     }
 
     /// A builder for a client keeping its sandboxes under `home`.
+    ///
+    /// ```
+    /// use berth::{PluginHost, SandboxClient};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let plugins = PluginHost::new()?; // one engine and compile cache, shared
+    /// let client = SandboxClient::builder("/var/lib/my-agent/berth")
+    ///     .plugin_host(plugins)
+    ///     .save_state(false) // the embedder keeps `Sandbox::state()` itself
+    ///     .build();
+    /// # let _ = client; Ok(()) }
+    /// ```
     pub fn builder(home: impl Into<PathBuf>) -> SandboxClientBuilder {
         SandboxClientBuilder {
             home: home.into(),

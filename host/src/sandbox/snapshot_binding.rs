@@ -151,7 +151,15 @@ pub async fn bind(
                 SnapshotSpec::Remote { .. } => Some(World::RemoteClient),
                 _ => Some(World::Snapshot),
             };
-            bind_plugin(&loaded, Some(plugin.clone()), wants, id, previous, &mut state).await?
+            bind_plugin(
+                &loaded,
+                Some(plugin.clone()),
+                wants,
+                id,
+                previous,
+                &mut state,
+            )
+            .await?
         }
     };
     Ok((snapshot, state))

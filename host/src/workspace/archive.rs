@@ -435,6 +435,24 @@ pub fn unpack_into<R: Read>(source: R, root: &Path) -> Result<ArchiveStats, Arch
     Ok(stats)
 }
 
+/// [`unpack_into`] for an async stream, on a blocking thread: what a
+/// backend that keeps workspaces in host directories calls from
+/// `Backend::write_archive`. Streams; never holds the archive in memory.
+pub async fn extract_stream(
+    archive: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    root: PathBuf,
+) -> Result<ArchiveStats, ArchiveError> {
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        unpack_into(
+            crate::byte_pipe::BlockingReader::new(archive, handle),
+            &root,
+        )
+    })
+    .await
+    .map_err(|e| ArchiveError::Io(io::Error::other(e)))?
+}
+
 /// Creates the parent directories of `root/rel` and checks that the parent,
 /// with every symlink already on disk resolved, is still inside `root`.
 fn destination_inside(root: &Path, rel: &Path) -> Result<PathBuf, ArchiveError> {

@@ -3,8 +3,8 @@
 
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::plugin_error::PluginError;
 use crate::plugin::manifest::{DirGrant, DirMode};
+use crate::plugin_error::PluginError;
 
 pub(super) fn preopen(
     builder: &mut WasiCtxBuilder,

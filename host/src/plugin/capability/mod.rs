@@ -16,8 +16,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::plugin_error::PluginError;
 use super::manifest::Grants;
+use crate::plugin_error::PluginError;
 
 /// The per-call store data: one fresh instance per operation gets one of
 /// these, built from the grants.
