@@ -7,14 +7,13 @@ use berth_tests::{berth_bin, guest, repo_root};
 #[test]
 fn plugin_check_passes_good_plugins_and_names_broken_clauses() {
     let root = repo_root();
-    for manifest in [
-        "guest-examples/fs-store/plugin.toml",
-        "guest-examples/dir-snapshot/plugin.toml",
-        "guest-examples/noop-snapshot/plugin.toml",
-        "guest-examples/c-store/plugin.toml",
-        "guest-examples/py-store/plugin.toml",
-        "guest-examples/js-store/plugin.toml",
-    ] {
+    let examples: Vec<_> = berth_tests::guest_table()
+        .into_iter()
+        .filter(|g| g.example)
+        .map(|g| format!("guest-examples/{}/plugin.toml", g.name))
+        .collect();
+    assert!(examples.len() >= 6, "{examples:?}");
+    for manifest in &examples {
         let out = Command::new(berth_bin())
             .args(["plugin", "check", "--large-size", "0"])
             .arg(root.join(manifest))

@@ -195,10 +195,10 @@ async fn broken_plugin_fails_the_clauses_it_breaks() {
 
 /// Runs the full suite, multi-GiB clause included, on a guest built by a
 /// non-Rust toolchain into `guest-examples/target/<file>`.
-async fn language_guest_conforms(name: &str, file: &str) {
-    let component = berth_tests::repo_root()
-        .join("guest-examples/target")
-        .join(file);
+async fn language_guest_conforms(name: &str) {
+    let root = berth_tests::repo_root();
+    let component =
+        guest_table::component_path(&root, &guest_table::guest(&root, name).unwrap());
     assert!(
         component.is_file(),
         "{name} is not built ({}): run `cargo xtask build-guests`",
@@ -221,15 +221,15 @@ async fn language_guest_conforms(name: &str, file: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wasm_python_store_conforms() {
-    language_guest_conforms("py-store", "py_store.wasm").await;
+    language_guest_conforms("py-store").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wasm_c_store_conforms() {
-    language_guest_conforms("c-store", "c_store.wasm").await;
+    language_guest_conforms("c-store").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wasm_javascript_store_conforms() {
-    language_guest_conforms("js-store", "js_store.wasm").await;
+    language_guest_conforms("js-store").await;
 }

@@ -16,12 +16,21 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".."))
 }
 
-/// The compiled component of guest example `file` (e.g. `fs_store`).
-/// Panics with the command to run when it has not been built.
+/// Every guest in `guest-examples/guests.toml`.
+pub fn guest_table() -> Vec<guest_table::Guest> {
+    guest_table::guests(&repo_root()).expect("guest-examples/guests.toml")
+}
+
+/// The compiled component of the guest whose component file is
+/// `file.wasm` (e.g. `fs_store`), found through the guest table. Panics
+/// with the command to run when it has not been built.
 pub fn guest(file: &str) -> PathBuf {
-    let path = repo_root()
-        .join("guest-examples/target/wasm32-wasip2/release")
-        .join(format!("{file}.wasm"));
+    let root = repo_root();
+    let entry = guest_table()
+        .into_iter()
+        .find(|g| g.component.file_stem().is_some_and(|s| s == file))
+        .unwrap_or_else(|| panic!("no guest builds {file}.wasm in guest-examples/guests.toml"));
+    let path = guest_table::component_path(&root, &entry);
     assert!(
         path.is_file(),
         "{} is missing: run `cargo xtask build-guests` (or `cargo xtask test`, which does it)",
@@ -170,7 +179,7 @@ pub fn s3_manifest(dir: &Path, s3: &S3Env, prefix: &str) -> PathBuf {
     // SAFETY of the test harness: every test sets the same values.
     std::env::set_var("BERTH_S3_ACCESS_KEY_ID", &s3.key_id);
     std::env::set_var("BERTH_S3_SECRET_ACCESS_KEY", &s3.secret);
-    let component = repo_root().join("guest-examples/target/wasm32-wasip2/release/s3_store.wasm");
+    let component = guest("s3_store");
     assert!(
         component.is_file(),
         "s3-store is not built: run `cargo xtask build-guests`"

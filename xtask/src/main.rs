@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use guest_table::Language;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -253,22 +254,36 @@ fn import_test_image() -> Result<()> {
     Ok(())
 }
 
-/// The example plugins and their component file names.
-const GUESTS: &[(&str, &str)] = &[
-    ("fs-store", "fs_store"),
-    ("dir-snapshot", "dir_snapshot"),
-    ("noop-snapshot", "noop_snapshot"),
-    ("broken-store", "broken_store"),
-    ("faulty-store", "faulty_store"),
-    ("s3-store", "s3_store"),
-];
-
+/// Every guest in `guest-examples/guests.toml`, each by its language.
 fn build_guests(root: &Path) -> Result<()> {
     build_rust_guests(root)?;
     let guests = root.join("guest-examples");
-    build_python_guest(&guests)?;
-    build_c_guest(&guests)?;
-    build_js_guest(&guests)
+    let table = guest_table::guests(root).map_err(anyhow::Error::msg)?;
+    for guest in table.iter().filter(|g| g.language != Language::Rust) {
+        match guest.language {
+            Language::C => build_c_guest(&guests)?,
+            Language::Python => build_python_guest(&guests)?,
+            Language::Javascript => build_js_guest(&guests)?,
+            Language::Rust => {}
+        }
+        check_component(root, guest)?;
+    }
+    Ok(())
+}
+
+/// Fails unless `guest`'s component is built and is a component (not a
+/// core module); makes the `store/` directory its example manifest grants.
+fn check_component(root: &Path, guest: &guest_table::Guest) -> Result<()> {
+    let wasm = guest_table::component_path(root, guest);
+    let header =
+        std::fs::read(&wasm).with_context(|| format!("{} was not built", wasm.display()))?;
+    // A component's header is `\0asm` then version 0x0d 0x00 0x01 0x00.
+    if header.get(4..8) != Some(&[0x0d, 0x00, 0x01, 0x00]) {
+        bail!("{} is not a component", wasm.display());
+    }
+    std::fs::create_dir_all(guest_table::guests_dir(root).join(&guest.name).join("store"))?;
+    eprintln!("xtask: built {} ({} bytes)", guest.label(), header.len());
+    Ok(())
 }
 
 /// The Rust guests (one cargo workspace), checked to be components.
@@ -280,18 +295,12 @@ fn build_rust_guests(root: &Path) -> Result<()> {
         "--target",
         "wasm32-wasip2",
     ]))?;
-    let out = guests.join("target/wasm32-wasip2/release");
-    for (dir, file) in GUESTS {
-        let wasm = out.join(format!("{file}.wasm"));
-        let header =
-            std::fs::read(&wasm).with_context(|| format!("{} was not built", wasm.display()))?;
-        // A component's header is `\0asm` then version 0x0d 0x00 0x01 0x00.
-        if header.get(4..8) != Some(&[0x0d, 0x00, 0x01, 0x00]) {
-            bail!("{} is not a component", wasm.display());
-        }
-        // Each example manifest grants a `store/` directory beside it.
-        std::fs::create_dir_all(guests.join(dir).join("store"))?;
-        eprintln!("xtask: built {dir} ({} bytes)", header.len());
+    for guest in guest_table::guests(root)
+        .map_err(anyhow::Error::msg)?
+        .iter()
+        .filter(|g| g.language == Language::Rust)
+    {
+        check_component(root, guest)?;
     }
     Ok(())
 }
@@ -453,7 +462,9 @@ fn berth_binary(root: &Path) -> PathBuf {
 }
 
 fn demo(root: &Path) -> Result<()> {
-    let fs_store = root.join("guest-examples/target/wasm32-wasip2/release/fs_store.wasm");
+    let fs_store = guest_table::guest(root, "fs-store")
+        .map(|g| guest_table::component_path(root, &g))
+        .map_err(anyhow::Error::msg)?;
     run(Command::new("cargo")
         .current_dir(root)
         .args([

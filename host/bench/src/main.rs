@@ -195,14 +195,13 @@ fn time_cmd(cmd: &mut Command) -> anyhow::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// An example store plugin the benchmark drives: one row set per language.
 struct BenchPlugin {
     /// Label in the table, with the language.
-    label: &'static str,
+    label: String,
     /// File name of the manifest written for it in the bench directory.
-    manifest: &'static str,
-    /// Component path relative to the repository root.
-    component: &'static str,
+    manifest: String,
+    /// Component path.
+    component: PathBuf,
     /// A `snapshot-plugin` (one sandbox's snapshot) rather than a remote client.
     snapshot_world: bool,
     /// Big interpreters (Python, JavaScript) compile for ~10 s: left out of
@@ -210,43 +209,22 @@ struct BenchPlugin {
     heavy: bool,
 }
 
-const BENCH_PLUGINS: &[BenchPlugin] = &[
-    BenchPlugin {
-        label: "fs-store (Rust)",
-        manifest: "fs-store.toml",
-        component: "guest-examples/target/wasm32-wasip2/release/fs_store.wasm",
-        snapshot_world: false,
-        heavy: false,
-    },
-    BenchPlugin {
-        label: "dir-snapshot (Rust)",
-        manifest: "dir-snapshot.toml",
-        component: "guest-examples/target/wasm32-wasip2/release/dir_snapshot.wasm",
-        snapshot_world: true,
-        heavy: false,
-    },
-    BenchPlugin {
-        label: "c-store (C)",
-        manifest: "c-store.toml",
-        component: "guest-examples/target/c_store.wasm",
-        snapshot_world: false,
-        heavy: false,
-    },
-    BenchPlugin {
-        label: "py-store (Python)",
-        manifest: "py-store.toml",
-        component: "guest-examples/target/py_store.wasm",
-        snapshot_world: false,
-        heavy: true,
-    },
-    BenchPlugin {
-        label: "js-store (JavaScript)",
-        manifest: "js-store.toml",
-        component: "guest-examples/target/js_store.wasm",
-        snapshot_world: false,
-        heavy: true,
-    },
-];
+/// The guests `guest-examples/guests.toml` marks for benchmarking.
+fn bench_plugins() -> anyhow::Result<Vec<BenchPlugin>> {
+    let root = std::env::current_dir()?;
+    Ok(guest_table::guests(&root)
+        .map_err(anyhow::Error::msg)?
+        .into_iter()
+        .filter(|g| g.bench)
+        .map(|g| BenchPlugin {
+            label: g.label(),
+            manifest: format!("{}.toml", g.name),
+            component: guest_table::component_path(&root, &g),
+            snapshot_world: g.is_snapshot_plugin(),
+            heavy: g.heavy,
+        })
+        .collect())
+}
 
 /// Writes a manifest for every built example plugin (all sharing one store
 /// directory) and returns the ones written. Plugins that are not built are
@@ -254,19 +232,20 @@ const BENCH_PLUGINS: &[BenchPlugin] = &[
 fn write_manifests(
     base: &Path,
     quick: bool,
-) -> anyhow::Result<Vec<(&'static BenchPlugin, PathBuf)>> {
+) -> anyhow::Result<Vec<(BenchPlugin, PathBuf)>> {
     let store = base.join("store");
     std::fs::create_dir_all(&store)?;
     let mut written = Vec::new();
-    for plugin in BENCH_PLUGINS {
+    for plugin in bench_plugins()? {
         if quick && plugin.heavy {
             continue;
         }
-        let component = PathBuf::from(plugin.component);
+        let component = plugin.component.clone();
         if !component.is_file() {
             eprintln!(
                 "bench: {} is not built ({}); run cargo xtask build-guests",
-                plugin.label, plugin.component
+                plugin.label,
+                plugin.component.display()
             );
             continue;
         }
@@ -275,7 +254,7 @@ fn write_manifests(
         } else {
             ("remote-client-plugin", "root")
         };
-        let manifest = base.join(plugin.manifest);
+        let manifest = base.join(&plugin.manifest);
         std::fs::write(
             &manifest,
             format!(
@@ -797,7 +776,10 @@ async fn s3_rows(base: &Path, runs: usize, quick: bool) -> anyhow::Result<Vec<Ro
         get("BERTH_S3_SECRET_ACCESS_KEY")?,
     );
     let component =
-        std::path::absolute("guest-examples/target/wasm32-wasip2/release/s3_store.wasm")?;
+        std::path::absolute(guest_table::component_path(
+            &std::env::current_dir()?,
+            &guest_table::guest(&std::env::current_dir()?, "s3-store").map_err(anyhow::Error::msg)?,
+        ))?;
     if !component.is_file() {
         bail!("s3-store is not built");
     }
