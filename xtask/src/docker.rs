@@ -1,0 +1,120 @@
+//! The Docker engine the tests use: Debian's docker.io started off the
+//! network, and a busybox test image imported without a registry.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::process::{have, is_root, output, run};
+
+/// Whether Docker-backed tests must run (and so setup must succeed).
+pub(crate) fn docker_required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("BERTH_REQUIRE_DOCKER").is_some()
+}
+
+/// The image the Docker tests use; made locally, no registry needed.
+pub(crate) const TEST_IMAGE: &str = "berth-test:busybox";
+
+pub(crate) fn docker_reachable() -> bool {
+    Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Makes sure a Docker engine answers and the test image exists: installs
+/// Debian's docker.io and busybox-static when missing, starts dockerd off
+/// the network (`--bridge=none --iptables=false`), imports the image.
+pub(crate) fn docker_setup() -> Result<()> {
+    if !docker_reachable() {
+        if !is_root() {
+            bail!("no Docker daemon answers and we are not root, so we cannot start one");
+        }
+        if !have("dockerd") || !Path::new("/bin/busybox").exists() || !have("docker") {
+            run(Command::new("apt-get").arg("update").arg("-qq"))?;
+            run(Command::new("apt-get")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["install", "-y", "-qq", "docker.io", "busybox-static"]))?;
+        }
+        let log = std::fs::File::create("/tmp/berth-dockerd.log")?;
+        eprintln!("xtask: starting dockerd (log: /tmp/berth-dockerd.log)");
+        // `setsid -f` forks: dockerd is re-parented away from us, so it
+        // outlives xtask and is never left a zombie of a living parent.
+        let status = Command::new("setsid")
+            .args([
+                "-f",
+                "dockerd",
+                "--bridge=none",
+                "--iptables=false",
+                "--ip6tables=false",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .status()
+            .context("starting dockerd")?;
+        if !status.success() {
+            bail!("setsid -f dockerd failed: {status}");
+        }
+        let started = std::time::Instant::now();
+        while !docker_reachable() {
+            if started.elapsed() > std::time::Duration::from_secs(90) {
+                bail!("dockerd did not answer within 90 s; see /tmp/berth-dockerd.log");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+    eprintln!("xtask: Docker engine answers");
+    let has_image = Command::new("docker")
+        .args(["image", "inspect", TEST_IMAGE])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !has_image {
+        import_test_image()?;
+    }
+    Ok(())
+}
+
+/// A busybox rootfs imported as an image: no registry is reachable here.
+pub(crate) fn import_test_image() -> Result<()> {
+    let busybox = Path::new("/bin/busybox");
+    if !busybox.exists() {
+        bail!("/bin/busybox is missing: apt-get install busybox-static");
+    }
+    let rootfs = std::env::temp_dir().join(format!("berth-rootfs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&rootfs);
+    for d in ["bin", "tmp", "etc", "root", "workspace"] {
+        std::fs::create_dir_all(rootfs.join(d))?;
+    }
+    std::fs::copy(busybox, rootfs.join("bin/busybox"))?;
+    let applets = output(Command::new(busybox).arg("--list"))?;
+    for applet in applets
+        .lines()
+        .map(str::trim)
+        .filter(|a| !a.is_empty() && *a != "busybox")
+    {
+        let _ = std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet));
+    }
+    std::fs::write(
+        rootfs.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
+    )?;
+    std::fs::write(rootfs.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
+    let script = format!(
+        "tar -C '{}' -c . | docker import -c 'ENV PATH=/bin' - {TEST_IMAGE}",
+        rootfs.display()
+    );
+    run(Command::new("sh").args(["-c", &script]))?;
+    let _ = std::fs::remove_dir_all(&rootfs);
+    eprintln!("xtask: imported {TEST_IMAGE}");
+    Ok(())
+}
