@@ -5,7 +5,7 @@
 use std::fmt;
 
 /// Longest id the contract allows.
-pub const MAX_ID_LEN: usize = 128;
+pub const MAX_ID_LEN: usize = berth_id::MAX_ID_LEN;
 
 /// A validated snapshot id: `[A-Za-z0-9._-]{1,128}`, not `.` or `..`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -34,22 +34,17 @@ pub enum SnapshotIdError {
 impl SnapshotId {
     /// Validates `id` against the grammar.
     pub fn parse(id: &str) -> Result<Self, SnapshotIdError> {
-        if id.is_empty() || id.len() > MAX_ID_LEN {
-            return Err(SnapshotIdError::Length(id.len()));
-        }
-        if id == "." || id == ".." {
-            return Err(SnapshotIdError::Reserved(id.to_string()));
-        }
-        if let Some(bad) = id
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-        {
-            return Err(SnapshotIdError::Character {
+        match berth_id::check(id) {
+            Ok(()) => Ok(SnapshotId(id.to_string())),
+            Err(berth_id::IdGrammarError::Length(n)) => Err(SnapshotIdError::Length(n)),
+            Err(berth_id::IdGrammarError::Reserved) => {
+                Err(SnapshotIdError::Reserved(id.to_string()))
+            }
+            Err(berth_id::IdGrammarError::Character(bad)) => Err(SnapshotIdError::Character {
                 id: id.to_string(),
                 bad,
-            });
+            }),
         }
-        Ok(SnapshotId(id.to_string()))
     }
 
     /// The id as a string.

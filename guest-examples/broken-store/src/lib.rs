@@ -9,15 +9,7 @@ use std::path::PathBuf;
 
 use berth_guest_kit::{config_value, copy_input_to, copy_to_output};
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "berth:snapshot/remote-client-plugin",
-    with: {
-        "wasi:io/streams@0.2.12": berth_guest_kit::wasi::io::streams,
-        "wasi:io/error@0.2.12": berth_guest_kit::wasi::io::error,
-        "wasi:io/poll@0.2.12": berth_guest_kit::wasi::io::poll,
-    },
-});
+berth_guest_kit::contract_bindings!("berth:snapshot/remote-client-plugin");
 
 use exports::berth::snapshot::remote_client::{
     Client, Config, Guest, GuestClient, InputStream, OutputStream, StorageError,

@@ -10,15 +10,7 @@ use std::path::PathBuf;
 
 use berth_guest_kit::{config_value, open_file_stream_source, validate_id, PendingFile};
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "berth:snapshot/snapshot-plugin",
-    with: {
-        "wasi:io/streams@0.2.12": berth_guest_kit::wasi::io::streams,
-        "wasi:io/error@0.2.12": berth_guest_kit::wasi::io::error,
-        "wasi:io/poll@0.2.12": berth_guest_kit::wasi::io::poll,
-    },
-});
+berth_guest_kit::contract_bindings!("berth:snapshot/snapshot-plugin");
 
 use exports::berth::snapshot::snapshot::{
     Config, Guest, GuestSnapshot, InputStream, OutputStream, Snapshot, StorageError,

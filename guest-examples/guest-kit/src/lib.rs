@@ -35,25 +35,28 @@ pub use file_streams::{open_file_stream_source, FileSource};
 pub const CHUNK: usize = 256 * 1024;
 
 /// Checks the contract's id grammar: `[A-Za-z0-9._-]{1,128}`, not `.`/`..`.
+/// The one implementation lives in `berth-id`, shared with the host.
 pub fn validate_id(id: &str) -> Result<(), String> {
-    if id.is_empty() || id.len() > 128 {
-        return Err(format!(
-            "snapshot id must be 1 to 128 characters, got {}",
-            id.len()
-        ));
-    }
-    if id == "." || id == ".." {
-        return Err(format!("snapshot id {id:?} is reserved"));
-    }
-    if let Some(c) = id
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return Err(format!(
-            "snapshot id {id:?} contains {c:?}; allowed are A-Z a-z 0-9 . _ -"
-        ));
-    }
-    Ok(())
+    berth_id::check(id).map_err(|e| format!("snapshot id {id:?}: {e}"))
+}
+
+/// The contract's bindings for `world` (`"berth:snapshot/remote-client-plugin"`
+/// or `"berth:snapshot/snapshot-plugin"`), generated from `wit/` with this
+/// kit's `wasi:io` types, so the kit's stream helpers take the guest's
+/// streams. Call it at the root of a guest crate in `guest-examples/`.
+#[macro_export]
+macro_rules! contract_bindings {
+    ($world:literal) => {
+        wit_bindgen::generate!({
+            path: "../../wit",
+            world: $world,
+            with: {
+                "wasi:io/streams@0.2.12": berth_guest_kit::wasi::io::streams,
+                "wasi:io/error@0.2.12": berth_guest_kit::wasi::io::error,
+                "wasi:io/poll@0.2.12": berth_guest_kit::wasi::io::poll,
+            },
+        });
+    };
 }
 
 /// Why a stream copy stopped early.
