@@ -197,8 +197,7 @@ async fn broken_plugin_fails_the_clauses_it_breaks() {
 /// non-Rust toolchain into `guest-examples/target/<file>`.
 async fn language_guest_conforms(name: &str) {
     let root = berth_tests::repo_root();
-    let component =
-        guest_table::component_path(&root, &guest_table::guest(&root, name).unwrap());
+    let component = guest_table::component_path(&root, &guest_table::guest(&root, name).unwrap());
     assert!(
         component.is_file(),
         "{name} is not built ({}): run `cargo xtask build-guests`",

@@ -367,3 +367,41 @@ async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_error_keeps_its_status_for_callers_to_match() {
+    let Some(docker) = docker_or_skip("a_daemon_error_keeps_its_status_for_callers_to_match").await
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path());
+    let mut sb = client
+        .create(
+            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Noop)
+                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    // The container goes away under a sandbox that is still held.
+    docker
+        .remove_container(
+            &container_id(&sb.state()),
+            Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+        )
+        .await
+        .unwrap();
+    let err = sb
+        .exec(ExecRequest::new("true", Duration::from_secs(10)))
+        .await
+        .unwrap_err();
+    match &err {
+        SandboxError::Backend(e) => assert_eq!(e.docker_status(), Some(404), "{err:?}"),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    // The daemon's own words are in the error's source chain.
+    let source = std::error::Error::source(&err).map(|s| s.to_string());
+    assert!(source.is_some_and(|s| s.contains("404")), "{err:?}");
+}

@@ -36,7 +36,11 @@ pub(crate) fn check_component(root: &Path, guest: &guest_table::Guest) -> Result
     if header.get(4..8) != Some(&[0x0d, 0x00, 0x01, 0x00]) {
         bail!("{} is not a component", wasm.display());
     }
-    std::fs::create_dir_all(guest_table::guests_dir(root).join(&guest.name).join("store"))?;
+    std::fs::create_dir_all(
+        guest_table::guests_dir(root)
+            .join(&guest.name)
+            .join("store"),
+    )?;
     eprintln!("xtask: built {} ({} bytes)", guest.label(), header.len());
     Ok(())
 }

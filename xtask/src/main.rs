@@ -155,4 +155,3 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
         .args(["test", "--workspace"])
         .args(extra))
 }
-

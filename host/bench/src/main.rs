@@ -229,10 +229,7 @@ fn bench_plugins() -> anyhow::Result<Vec<BenchPlugin>> {
 /// Writes a manifest for every built example plugin (all sharing one store
 /// directory) and returns the ones written. Plugins that are not built are
 /// reported and left out, so a partial checkout still benchmarks the rest.
-fn write_manifests(
-    base: &Path,
-    quick: bool,
-) -> anyhow::Result<Vec<(BenchPlugin, PathBuf)>> {
+fn write_manifests(base: &Path, quick: bool) -> anyhow::Result<Vec<(BenchPlugin, PathBuf)>> {
     let store = base.join("store");
     std::fs::create_dir_all(&store)?;
     let mut written = Vec::new();
@@ -775,11 +772,10 @@ async fn s3_rows(base: &Path, runs: usize, quick: bool) -> anyhow::Result<Vec<Ro
         get("BERTH_S3_ACCESS_KEY_ID")?,
         get("BERTH_S3_SECRET_ACCESS_KEY")?,
     );
-    let component =
-        std::path::absolute(guest_table::component_path(
-            &std::env::current_dir()?,
-            &guest_table::guest(&std::env::current_dir()?, "s3-store").map_err(anyhow::Error::msg)?,
-        ))?;
+    let component = std::path::absolute(guest_table::component_path(
+        &std::env::current_dir()?,
+        &guest_table::guest(&std::env::current_dir()?, "s3-store").map_err(anyhow::Error::msg)?,
+    ))?;
     if !component.is_file() {
         bail!("s3-store is not built");
     }

@@ -120,6 +120,20 @@ fn progress_bar() -> Option<Progress> {
     })))
 }
 
+/// Takes the sandbox's lock, resumes it and attaches (restoring the
+/// workspace if it is gone), saving what that changed even when it failed.
+/// Returns the lock (still held) and the running sandbox.
+async fn attach_locked(home: &Path, name: &str) -> anyhow::Result<(StateLock, Sandbox)> {
+    let lock = lock(home, name).await?;
+    let mut saved = load(home, name)?;
+    let mut sandbox = resume(home, &saved).await?;
+    let attached = sandbox.attach().await;
+    saved.state = sandbox.state();
+    save(home, &saved)?;
+    attached?;
+    Ok((lock, sandbox))
+}
+
 async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {
     let client = SandboxClient::new(home);
     Ok(client
@@ -345,13 +359,7 @@ pub struct ExecArgs {
 
 pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let lock = lock(&home, &args.name).await?;
-    let mut saved = load(&home, &args.name)?;
-    let mut sandbox = resume(&home, &saved).await?;
-    let attached = sandbox.attach().await;
-    saved.state = sandbox.state();
-    save(&home, &saved)?;
-    attached?;
+    let (lock, sandbox) = attach_locked(&home, &args.name).await?;
     // The sandbox is up: commands on it may run in parallel.
     drop(lock);
     let mut request = ExecRequest::new(
@@ -496,13 +504,7 @@ pub async fn inspect(name: &str) -> anyhow::Result<ExitCode> {
 /// `berth persist NAME --out FILE`: the workspace as a tar file.
 pub async fn persist(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let _lock = lock(&home, name).await?;
-    let mut saved = load(&home, name)?;
-    let mut sandbox = resume(&home, &saved).await?;
-    let attached = sandbox.attach().await;
-    saved.state = sandbox.state();
-    save(&home, &saved)?;
-    attached?;
+    let (_lock, sandbox) = attach_locked(&home, name).await?;
     let mut stream = sandbox.persist_workspace().await?;
     let tmp = out.with_extension("partial");
     let mut file = tokio::fs::File::create(&tmp)
@@ -526,13 +528,7 @@ pub async fn persist(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
 /// whole archive passed the hydrate policy.
 pub async fn hydrate(name: &str, file: &Path) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let _lock = lock(&home, name).await?;
-    let mut saved = load(&home, name)?;
-    let mut sandbox = resume(&home, &saved).await?;
-    let attached = sandbox.attach().await;
-    saved.state = sandbox.state();
-    save(&home, &saved)?;
-    attached?;
+    let (_lock, sandbox) = attach_locked(&home, name).await?;
     let mut f = tokio::fs::File::open(file)
         .await
         .with_context(|| format!("opening {}", file.display()))?;

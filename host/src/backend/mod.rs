@@ -29,6 +29,21 @@ pub struct BackendState {
     pub fields: serde_json::Map<String, serde_json::Value>,
 }
 
+impl BackendError {
+    /// The HTTP status of the Docker daemon's answer (404 not found, 409
+    /// conflict, ...), when the daemon answered with an error.
+    #[cfg(feature = "docker")]
+    pub fn docker_status(&self) -> Option<u16> {
+        match self {
+            BackendError::Docker {
+                source: bollard::errors::Error::DockerResponseServerError { status_code, .. },
+                ..
+            } => Some(*status_code),
+            _ => None,
+        }
+    }
+}
+
 impl BackendState {
     /// Encodes `fields` (a struct serialising to a JSON object) as the
     /// state of a backend of `kind`.
@@ -74,6 +89,20 @@ pub enum BackendError {
         backend: &'static str,
         /// What failed and what to do.
         message: String,
+        /// The underlying failure, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The Docker daemon answered an API call with an error; the daemon's
+    /// answer is the source (see [`BackendError::docker_status`]).
+    #[cfg(feature = "docker")]
+    #[error("docker backend: {operation} failed")]
+    Docker {
+        /// What was being done.
+        operation: &'static str,
+        /// The daemon's answer.
+        #[source]
+        source: bollard::errors::Error,
     },
     /// Options or run arguments that cannot be honoured.
     #[error("{backend}: {message}")]

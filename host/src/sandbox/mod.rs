@@ -173,17 +173,22 @@ impl std::fmt::Debug for Progress {
 /// Tunables of a sandbox.
 #[derive(Debug, Clone)]
 pub struct SandboxOptions {
-    /// Byte counts during persist and restore.
+    /// Told byte counts during persist and restore. By default, nobody.
     pub progress: Option<Progress>,
-    /// Called with the state before and after each persist.
+    /// Called with the state after start and before and after each
+    /// persist. By default, the client's state file
+    /// (`<home>/state/<session id>.json`) unless the client was built with
+    /// `save_state(false)`.
     pub state_sink: Option<StateSink>,
-    /// Deadline for one persist or restore.
+    /// Deadline for one persist or restore. By default, one hour.
     pub archive_deadline: Duration,
-    /// Limits of the hydrate policy.
+    /// Limits of the hydrate policy, and the cap on archive streams from
+    /// outside. By default, [`ArchiveLimits::default`] (64 GiB, 2 M entries).
     pub limits: ArchiveLimits,
-    /// Compress snapshots with zstd.
+    /// Compress snapshots with zstd. By default, off (on resume, on if the
+    /// state says the snapshot was compressed).
     pub compression: bool,
-    /// Where restores are spooled (default: the system temp dir).
+    /// Where restores are spooled. By default, the system temp dir.
     pub spool_dir: Option<PathBuf>,
     /// Pause the sandbox's processes while `stop` reads the workspace, so
     /// the snapshot is one moment of it rather than a smear of a running

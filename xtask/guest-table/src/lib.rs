@@ -111,7 +111,11 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), guests.len());
         for g in &guests {
-            assert!(root.join("guest-examples").join(&g.name).is_dir(), "{}", g.name);
+            assert!(
+                root.join("guest-examples").join(&g.name).is_dir(),
+                "{}",
+                g.name
+            );
         }
     }
 }

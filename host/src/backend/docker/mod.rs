@@ -127,37 +127,41 @@ impl DockerOptions {
             },
         }
     }
-    /// Memory limit in bytes.
+    /// Memory limit in bytes (swap included). By default, none.
     pub fn memory(mut self, bytes: i64) -> Self {
         self.state.memory_size_bytes = Some(bytes);
         self
     }
-    /// CPU limit.
+    /// CPU limit, in (fractional) CPUs. By default, none.
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.state.cpu_count = Some(cpus);
         self
     }
-    /// Publishes a container port on 127.0.0.1.
+    /// Publishes a container port on 127.0.0.1 (repeatable). By default,
+    /// nothing is published.
     pub fn expose(mut self, port: impl Into<String>) -> Self {
         self.state.exposed_ports.push(port.into());
         self
     }
-    /// Network mode (e.g. `bridge`); default `none`.
+    /// Network mode (e.g. `bridge`). By default, `none`: no network.
     pub fn network(mut self, network: impl Into<String>) -> Self {
         self.state.network = network.into();
         self
     }
-    /// Extra `docker run` arguments from the supported subset.
+    /// Extra `docker run` arguments from the supported subset
+    /// ([`run_args::SUPPORTED`]); anything else is refused at create. By
+    /// default, none: no capabilities, no new privileges, pids limit 1024.
     pub fn run_args(mut self, args: Vec<String>) -> Self {
         self.state.additional_run_args = args;
         self
     }
-    /// An environment variable for the container.
+    /// An environment variable for the container (repeatable). By
+    /// default, only the image's.
     pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
         self.state.environment.insert(k.into(), v.into());
         self
     }
-    /// Container name (default `berth-<session>`).
+    /// Container name. By default, `berth-<session id>`.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.state.container_name = name.into();
         self
@@ -169,7 +173,8 @@ impl DockerOptions {
         self.state.container_owned = false;
         self
     }
-    /// The daemon socket (`unix:///path` or a path).
+    /// The daemon socket (`unix:///path` or a path). By default,
+    /// `$DOCKER_HOST`, else `/var/run/docker.sock`.
     pub fn docker_host(mut self, host: impl Into<String>) -> Self {
         self.state.docker_host = Some(host.into());
         self
@@ -203,12 +208,13 @@ pub struct DockerBackend {
     docker: Docker,
 }
 
-fn unreachable(host: &str, e: impl std::fmt::Display) -> BackendError {
+fn unreachable(host: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> BackendError {
     BackendError::Unreachable {
         backend: BACKEND,
         message: format!(
-            "cannot reach the Docker daemon at {host}: {e}. Start dockerd (`cargo xtask setup` does, as root) or set DOCKER_HOST"
+            "cannot reach the Docker daemon at {host}; start dockerd (`cargo xtask setup` does, as root) or set DOCKER_HOST"
         ),
+        source: Some(e.into()),
     }
 }
 
@@ -260,12 +266,16 @@ fn op(operation: &'static str, e: impl std::fmt::Display) -> BackendError {
 /// reachable, which never counts as "container gone".
 fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
     match e {
-        bollard::errors::Error::DockerResponseServerError { .. } => op(operation, e),
+        bollard::errors::Error::DockerResponseServerError { .. } => BackendError::Docker {
+            operation,
+            source: e,
+        },
         other => BackendError::Unreachable {
             backend: BACKEND,
             message: format!(
-                "{operation}: cannot reach the Docker daemon ({other}); is dockerd running? Retry once it is back"
+                "{operation}: cannot reach the Docker daemon; is dockerd running? Retry once it is back"
             ),
+            source: Some(Box::new(other)),
         },
     }
 }
