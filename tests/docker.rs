@@ -405,3 +405,29 @@ async fn a_daemon_error_keeps_its_status_for_callers_to_match() {
     let source = std::error::Error::source(&err).map(|s| s.to_string());
     assert!(source.is_some_and(|s| s.contains("404")), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_of_another_sandbox_is_never_adopted_by_name() {
+    if docker_or_skip("a_container_of_another_sandbox_is_never_adopted_by_name")
+        .await
+        .is_none()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path());
+    let name = format!("berth-shared-name-{}", std::process::id());
+    let spec = || {
+        berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            .snapshot(SnapshotSpec::Noop)
+            .backend(BackendSpec::Docker(
+                DockerOptions::new(test_image()).name(name.clone()),
+            ))
+    };
+    let mut first = client.create(spec()).await.unwrap();
+    first.start().await.unwrap();
+    let mut second = client.create(spec()).await.unwrap();
+    let err = second.start().await.unwrap_err().to_string();
+    assert!(err.contains("belongs to Berth session"), "{err}");
+    first.shutdown().await.unwrap();
+}

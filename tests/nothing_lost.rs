@@ -187,7 +187,15 @@ async fn stop_freezes_the_container_so_the_snapshot_is_one_moment() {
         let mut gaps = Vec::new();
         for _ in 0..3 {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            sb.stop().await.unwrap();
+            if let Err(e) = sb.stop().await {
+                // Unfrozen, the engine can fail to archive files that
+                // change under it ("unexpected EOF"): no snapshot at all.
+                assert!(!freeze, "a frozen stop failed: {e:?}");
+                println!("unfrozen stop failed: {e}");
+                gaps.push(i64::MAX);
+                sb.attach().await.unwrap();
+                continue;
+            }
             let file = std::fs::File::open(snaps.join("freeze.tar")).unwrap();
             let mut archive = tar::Archive::new(file);
             let (mut a, mut z) = (None, None);

@@ -593,6 +593,26 @@ impl Backend for DockerBackend {
             self.create().await?;
             return Ok(Provisioned::Created);
         };
+        if self.state.container_owned {
+            // A container found by name may be another sandbox's: never
+            // adopt it (two sandboxes in one container would each persist
+            // the other's work).
+            let session = info
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get("berth.session"));
+            if session != Some(&self.session_id) {
+                return Err(BackendError::Config {
+                    backend: BACKEND,
+                    message: format!(
+                        "a container named {} exists but belongs to {}; pick another name, or remove it if it is stale",
+                        self.state.container_name,
+                        session.map_or("no Berth sandbox".to_string(), |s| format!("Berth session {s}"))
+                    ),
+                });
+            }
+        }
         self.state.container_id = info.id.clone();
         let status = info.state.and_then(|s| s.status);
         let target = self.target();
