@@ -29,11 +29,14 @@ struct DirBackend {
     state: DirState,
 }
 
-fn failed(operation: &'static str, e: impl std::fmt::Display) -> BackendError {
+fn failed(
+    operation: &'static str,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> BackendError {
     BackendError::Operation {
         backend: KIND,
         operation,
-        message: e.to_string(),
+        source: e.into(),
     }
 }
 

@@ -162,7 +162,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
         .unwrap();
     assert_eq!(sb.state().snapshot.id.as_str(), "my-stable-id");
     let err = sb.start().await.unwrap_err();
-    assert!(err.to_string().contains("missing"), "{err}");
+    assert!(berth_tests::chain(&err).contains("missing"), "{err:?}");
     assert!(!sb.state().workspace_root_ready);
     assert!(!sb.is_running());
 

@@ -238,3 +238,15 @@ pub fn container_id(state: &berth::sandbox::SandboxState) -> String {
         state.backend.decode().expect("a docker sandbox");
     docker.container_id.expect("container id")
 }
+
+/// An error and its sources, joined by ": " (as the CLI prints them).
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

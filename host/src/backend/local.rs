@@ -52,11 +52,14 @@ impl LocalBackend {
         LocalBackend { state }
     }
 
-    fn op_error(operation: &'static str, e: impl std::fmt::Display) -> BackendError {
+    fn op_error(
+        operation: &'static str,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> BackendError {
         BackendError::Operation {
             backend: BACKEND,
             operation,
-            message: e.to_string(),
+            source: e.into(),
         }
     }
 }

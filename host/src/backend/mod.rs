@@ -120,15 +120,16 @@ pub enum BackendError {
         /// What is wrong.
         message: String,
     },
-    /// An operation failed.
-    #[error("{backend}: {operation} failed: {message}")]
+    /// An operation failed; the cause is the source.
+    #[error("{backend}: {operation} failed")]
     Operation {
         /// Which backend.
         backend: &'static str,
         /// The operation.
         operation: &'static str,
         /// Why.
-        message: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 

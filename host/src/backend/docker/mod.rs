@@ -253,11 +253,14 @@ fn is_not_found(e: &bollard::errors::Error) -> bool {
     )
 }
 
-fn op(operation: &'static str, e: impl std::fmt::Display) -> BackendError {
+fn op(
+    operation: &'static str,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> BackendError {
     BackendError::Operation {
         backend: BACKEND,
         operation,
-        message: e.to_string(),
+        source: e.into(),
     }
 }
 
@@ -386,10 +389,11 @@ impl DockerBackend {
             return Err(BackendError::Operation {
                 backend: BACKEND,
                 operation: "resume",
-                message: format!(
+                source: format!(
                     "container {} is not owned by Berth and no longer exists; Berth will not create it",
                     self.state.container_name
-                ),
+                )
+                .into(),
             });
         }
         let body = self.create_body()?;
