@@ -505,13 +505,11 @@ pub async fn inspect(name: &str) -> anyhow::Result<ExitCode> {
 pub async fn persist(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
     let (_lock, sandbox) = attach_locked(&home, name).await?;
-    let mut stream = sandbox.persist_workspace().await?;
     let tmp = out.with_extension("partial");
     let mut file = tokio::fs::File::create(&tmp)
         .await
         .with_context(|| format!("creating {}", tmp.display()))?;
-    let n = tokio::io::copy(&mut stream, &mut file).await;
-    let n = match n {
+    let n = match sandbox.persist_workspace_to(&mut file).await {
         Ok(n) => n,
         Err(e) => {
             let _ = tokio::fs::remove_file(&tmp).await;

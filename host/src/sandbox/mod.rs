@@ -190,9 +190,12 @@ pub struct SandboxOptions {
     pub compression: bool,
     /// Where restores are spooled. By default, the system temp dir.
     pub spool_dir: Option<PathBuf>,
-    /// Pause the sandbox's processes while `stop` reads the workspace, so
-    /// the snapshot is one moment of it rather than a smear of a running
-    /// agent's writes. By default, on (backends that cannot pause ignore it).
+    /// Pause the sandbox's processes while `stop` (or
+    /// [`Sandbox::persist_workspace_to`]) reads the workspace, so the
+    /// archive is one moment of it rather than a smear of a running agent's
+    /// writes (and, on Docker, so files changing under the engine's archive
+    /// cannot break it). By default, on (backends that cannot pause ignore
+    /// it).
     pub freeze_during_stop: bool,
 }
 
@@ -417,6 +420,36 @@ impl Sandbox {
     pub async fn persist_workspace(&self) -> Result<crate::backend::ArchiveStream, SandboxError> {
         let exclude = self.state.manifest.excluded_from_snapshots()?;
         Ok(self.backend.read_archive(&exclude).await?)
+    }
+
+    /// Writes [`Sandbox::persist_workspace`]'s tar into `out`, with the
+    /// sandbox frozen while it is read (as `stop` does; see
+    /// [`SandboxOptions::freeze_during_stop`]). Returns the bytes written.
+    pub async fn persist_workspace_to(
+        &self,
+        out: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+    ) -> Result<u64, SandboxError> {
+        let frozen = if self.options.freeze_during_stop {
+            self.backend.freeze().await?
+        } else {
+            false
+        };
+        let copied = async {
+            let mut tar = self.persist_workspace().await?;
+            tokio::io::copy(&mut tar, out)
+                .await
+                .map_err(|e| SandboxError::Io {
+                    what: "writing the workspace archive",
+                    source: e,
+                })
+        }
+        .await;
+        if frozen {
+            if let Err(e) = self.backend.thaw().await {
+                tracing::warn!(error = %e, "resuming the sandbox's processes after reading it failed; the next command resumes them");
+            }
+        }
+        copied
     }
 
     /// Extracts an archive into the workspace after the whole of it has

@@ -143,7 +143,8 @@ fn write_entries<W: Write>(
                 }
             }
             Entry::LocalFile { path, .. } => {
-                let mut file = std::fs::File::open(path).map_err(|e| with_path(e, path))?;
+                let mut file =
+                    std::fs::File::open(path).map_err(|e| with_path(e, path, &f.path))?;
                 let meta = file.metadata()?;
                 let mut h = header(tar::EntryType::Regular, meta.len(), 0o644);
                 h.set_metadata(&meta);
@@ -154,6 +155,7 @@ fn write_entries<W: Write>(
                     return Err(with_path(
                         io::Error::new(io::ErrorKind::NotFound, "not a directory"),
                         path,
+                        &f.path,
                     ));
                 }
                 made_dirs.insert(f.path.clone());
@@ -170,14 +172,22 @@ fn write_entries<W: Write>(
     Ok(())
 }
 
-fn with_path(e: io::Error, path: &Path) -> io::Error {
-    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+/// An error reading host path `path` for workspace entry `entry`.
+fn with_path(e: io::Error, path: &Path, entry: &Path) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!(
+            "workspace entry {} (from {}): {e}",
+            entry.display(),
+            path.display()
+        ),
+    )
 }
 
 fn copy_tree<W: Write>(builder: &mut tar::Builder<W>, host: &Path, rel: &Path) -> io::Result<()> {
     builder
         .append_dir(rel, host)
-        .map_err(|e| with_path(e, host))?;
+        .map_err(|e| with_path(e, host, rel))?;
     let mut names: Vec<PathBuf> = std::fs::read_dir(host)?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()?;
@@ -193,7 +203,7 @@ fn copy_tree<W: Write>(builder: &mut tar::Builder<W>, host: &Path, rel: &Path) -
         } else if ft.is_file() || ft.is_symlink() {
             builder
                 .append_path_with_name(&full, &rel_path)
-                .map_err(|e| with_path(e, &full))?;
+                .map_err(|e| with_path(e, &full, &rel_path))?;
         }
     }
     Ok(())
