@@ -185,7 +185,7 @@ async fn stop_freezes_the_container_so_the_snapshot_is_one_moment() {
         )
         .await;
         let mut gaps = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..(if freeze { 3 } else { 6 }) {
             tokio::time::sleep(Duration::from_millis(200)).await;
             if let Err(e) = sb.stop().await {
                 // Unfrozen, the engine can fail to archive files that
