@@ -11,7 +11,7 @@
 //! isolated), Docker (feature `docker`, on by default), or the embedder's
 //! own. Where snapshots go is a [`SnapshotSpec`]: a host directory, a Wasm
 //! plugin loaded by a [`PluginHost`] and granted only what its manifest
-//! lists, any [`RemoteSnapshotClient`], or the embedder's own
+//! lists (outbound HTTP needs the feature `http`, on by default), any [`RemoteSnapshotClient`], or the embedder's own
 //! [`SandboxSnapshot`].
 //!
 //! ```

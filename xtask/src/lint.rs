@@ -19,6 +19,17 @@ pub(crate) fn lint(root: &Path) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    // The library without its optional subsystems (docker, http) too.
+    run(Command::new("cargo").current_dir(root).args([
+        "clippy",
+        "--package",
+        "berth",
+        "--no-default-features",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     run(Command::new("cargo")
         .current_dir(root.join("guest-examples"))
         .args([

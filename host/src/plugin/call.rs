@@ -120,7 +120,7 @@ impl LoadedPlugin {
         operation: &'static str,
         err: StorageError,
     ) -> StoreError {
-        if let Some(what) = store.data().http_gate.denials().into_iter().next() {
+        if let Some(what) = store.data().http_denials().into_iter().next() {
             return PluginError::CapabilityDenied {
                 plugin: self.manifest.name.clone(),
                 operation,

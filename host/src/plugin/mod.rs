@@ -103,6 +103,7 @@ impl PluginHost {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| host_error(format!("linking WASI: {e}")))?;
+        #[cfg(feature = "http")]
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| host_error(format!("linking wasi:http: {e}")))?;
         Ok(PluginHost {

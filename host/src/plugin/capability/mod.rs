@@ -5,15 +5,18 @@
 
 mod clock;
 mod filesystem;
+#[cfg(feature = "http")]
 mod http;
 mod log;
 mod memory;
 
+#[cfg(feature = "http")]
 pub(crate) use http::HttpGate;
 pub(crate) use memory::MemoryCap;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+#[cfg(feature = "http")]
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::manifest::Grants;
@@ -23,8 +26,10 @@ use crate::plugin_error::PluginError;
 /// these, built from the grants.
 pub(crate) struct PluginState {
     wasi: WasiCtx,
+    #[cfg(feature = "http")]
     http: WasiHttpCtx,
-    pub(crate) http_gate: HttpGate,
+    #[cfg(feature = "http")]
+    http_gate: HttpGate,
     pub(crate) table: ResourceTable,
     pub(crate) memory: MemoryCap,
 }
@@ -46,14 +51,35 @@ impl PluginState {
         // Sockets stay off: the builder's defaults deny every address and
         // name lookup; outbound HTTP goes through `HttpGate` only.
         wasi.allow_ip_name_lookup(false);
+        #[cfg(not(feature = "http"))]
+        if !grants.http.is_empty() {
+            return Err(PluginError::Host {
+                plugin: name.to_string(),
+                operation: "open",
+                message: "the manifest grants http_hosts, but this build of berth has no outbound HTTP for plugins (cargo feature `http`)".into(),
+            });
+        }
 
         Ok(PluginState {
             wasi: wasi.build(),
+            #[cfg(feature = "http")]
             http: WasiHttpCtx::new(),
+            #[cfg(feature = "http")]
             http_gate: HttpGate::new(grants.http.clone()),
             table: ResourceTable::new(),
             memory: MemoryCap::new(grants.max_memory),
         })
+    }
+}
+
+impl PluginState {
+    /// The outbound HTTP requests refused during this call, as "what was
+    /// asked for" (none in a build without the `http` feature).
+    pub(crate) fn http_denials(&self) -> Vec<String> {
+        #[cfg(feature = "http")]
+        return self.http_gate.denials();
+        #[cfg(not(feature = "http"))]
+        Vec::new()
     }
 }
 
@@ -66,6 +92,7 @@ impl WasiView for PluginState {
     }
 }
 
+#[cfg(feature = "http")]
 impl WasiHttpView for PluginState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
         WasiHttpCtxView {
