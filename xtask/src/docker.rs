@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
-use crate::process::{have, is_root, output, run};
+use crate::process::{have, is_root, output, run, start_daemon};
 
 /// Whether Docker-backed tests must run (and so setup must succeed).
 pub(crate) fn docker_required() -> bool {
@@ -40,26 +40,16 @@ pub(crate) fn docker_setup() -> Result<()> {
                 .env("DEBIAN_FRONTEND", "noninteractive")
                 .args(["install", "-y", "-qq", "docker.io", "busybox-static"]))?;
         }
-        let log = std::fs::File::create("/tmp/berth-dockerd.log")?;
         eprintln!("xtask: starting dockerd (log: /tmp/berth-dockerd.log)");
-        // `setsid -f` forks: dockerd is re-parented away from us, so it
-        // outlives xtask and is never left a zombie of a living parent.
-        let status = Command::new("setsid")
-            .args([
-                "-f",
-                "dockerd",
-                "--bridge=none",
-                "--iptables=false",
-                "--ip6tables=false",
-            ])
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .status()
-            .context("starting dockerd")?;
-        if !status.success() {
-            bail!("setsid -f dockerd failed: {status}");
-        }
+        start_daemon(
+            "dockerd",
+            &[
+                "--bridge=none".as_ref(),
+                "--iptables=false".as_ref(),
+                "--ip6tables=false".as_ref(),
+            ],
+            Path::new("/tmp/berth-dockerd.log"),
+        )?;
         let started = std::time::Instant::now();
         while !docker_reachable() {
             if started.elapsed() > std::time::Duration::from_secs(90) {

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::process::{cargo_installed, have, output, run};
+use crate::process::{cargo_installed, have, output, run, start_daemon};
 
 /// Where the test Garage cluster lives; `s3.env` there tells the tests how
 /// to reach it.
@@ -93,21 +93,11 @@ pub(crate) fn garage_setup() -> Result<()> {
                 admin = 3903 + 10 * n,
             ),
         )?;
-        let log = std::fs::File::create(node.join("garage.log"))?;
-        let status = Command::new("setsid")
-            .arg("-f")
-            .arg(garage_bin())
-            .arg("-c")
-            .arg(&config)
-            .arg("server")
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .status()
-            .context("starting garage")?;
-        if !status.success() {
-            bail!("setsid -f garage failed: {status}");
-        }
+        start_daemon(
+            garage_bin(),
+            &["-c".as_ref(), config.as_os_str(), "server".as_ref()],
+            &node.join("garage.log"),
+        )?;
     }
     // The nodes were forked away from us: find their pids by config path.
     for n in 0..3 {

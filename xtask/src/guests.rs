@@ -15,10 +15,12 @@ pub(crate) fn build_guests(root: &Path) -> Result<()> {
     let guests = root.join("guest-examples");
     let table = guest_table::guests(root).map_err(anyhow::Error::msg)?;
     for guest in table.iter().filter(|g| g.language != Language::Rust) {
+        // Each language's builder writes where the table says.
+        let out = guest_table::component_path(root, guest);
         match guest.language {
-            Language::C => build_c_guest(&guests)?,
-            Language::Python => build_python_guest(&guests)?,
-            Language::Javascript => build_js_guest(&guests)?,
+            Language::C => build_c_guest(&guests, &out)?,
+            Language::Python => build_python_guest(&guests, &out)?,
+            Language::Javascript => build_js_guest(&guests, &out)?,
             Language::Rust => {}
         }
         check_component(root, guest)?;
@@ -72,7 +74,7 @@ pub(crate) const WIT_BINDGEN_CLI: &str = "0.63.0";
 /// wasm32-wasi with Debian's wasi-libc, then `wasm-tools component new`
 /// with the preview1 reactor adapter (wasi-libc speaks preview1). Installs
 /// whatever of that toolchain is missing.
-pub(crate) fn build_c_guest(guests: &Path) -> Result<()> {
+pub(crate) fn build_c_guest(guests: &Path, out: &Path) -> Result<()> {
     let bindgen_ok = output(Command::new(cargo_installed("wit-bindgen")).arg("--version"))
         .map(|v| v.contains(WIT_BINDGEN_CLI))
         .unwrap_or(false);
@@ -140,25 +142,19 @@ pub(crate) fn build_c_guest(guests: &Path) -> Result<()> {
         &adapter,
         wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
     )?;
-    let out = guests.join("target/c_store.wasm");
     run(Command::new("wasm-tools")
         .args(["component", "new"])
         .arg(&core)
         .arg("--adapt")
         .arg(format!("wasi_snapshot_preview1={}", adapter.display()))
         .arg("-o")
-        .arg(&out))?;
-    std::fs::create_dir_all(src.join("store"))?;
-    eprintln!(
-        "xtask: built c-store ({} bytes)",
-        std::fs::metadata(&out)?.len()
-    );
+        .arg(out))?;
     Ok(())
 }
 
 /// Builds `guest-examples/js-store` with componentize-js, installed by
 /// `npm ci` from the committed lock file when missing.
-pub(crate) fn build_js_guest(guests: &Path) -> Result<()> {
+pub(crate) fn build_js_guest(guests: &Path, out: &Path) -> Result<()> {
     let dir = guests.join("js-store");
     if !have("node") || !have("npm") {
         bail!("the JavaScript guest needs Node.js and npm (apt-get install nodejs npm)");
@@ -171,12 +167,10 @@ pub(crate) fn build_js_guest(guests: &Path) -> Result<()> {
             .current_dir(&dir)
             .args(["ci", "--no-audit", "--no-fund"]))?;
     }
-    let out = guests.join("target/js_store.wasm");
     run(Command::new("node")
         .current_dir(&dir)
         .arg("build.mjs")
-        .arg(&out))?;
-    std::fs::create_dir_all(dir.join("store"))?;
+        .arg(out))?;
     Ok(())
 }
 
@@ -185,14 +179,13 @@ pub(crate) const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
 /// Builds `guest-examples/py-store` with componentize-py (installed from
 /// PyPI when missing).
-pub(crate) fn build_python_guest(guests: &Path) -> Result<()> {
+pub(crate) fn build_python_guest(guests: &Path, out: &Path) -> Result<()> {
     let version_ok = output(Command::new("componentize-py").arg("--version"))
         .map(|v| v.contains("0.25.1"))
         .unwrap_or(false);
     if !version_ok {
         run(Command::new("python3").args(["-m", "pip", "install", "-q", COMPONENTIZE_PY]))?;
     }
-    let out = guests.join("target/py_store.wasm");
     run(Command::new("componentize-py")
         .current_dir(guests.join("py-store"))
         .args([
@@ -204,11 +197,6 @@ pub(crate) fn build_python_guest(guests: &Path) -> Result<()> {
             "app",
             "-o",
         ])
-        .arg(&out))?;
-    std::fs::create_dir_all(guests.join("py-store/store"))?;
-    eprintln!(
-        "xtask: built py-store ({} bytes)",
-        std::fs::metadata(&out)?.len()
-    );
+        .arg(out))?;
     Ok(())
 }

@@ -55,3 +55,28 @@ pub(crate) fn cargo_installed(tool: &str) -> PathBuf {
         .unwrap_or_default();
     home.join(".cargo/bin").join(tool)
 }
+
+/// Starts a daemon with `setsid -f`, its output appended to a fresh `log`:
+/// the daemon is forked away and re-parented, so it outlives xtask and is
+/// never left a zombie of a living parent.
+pub(crate) fn start_daemon(
+    program: impl AsRef<std::ffi::OsStr>,
+    args: &[&std::ffi::OsStr],
+    log: &std::path::Path,
+) -> Result<()> {
+    let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let program = program.as_ref();
+    let status = Command::new("setsid")
+        .arg("-f")
+        .arg(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .status()
+        .with_context(|| format!("starting {}", program.to_string_lossy()))?;
+    if !status.success() {
+        bail!("setsid -f {} failed: {status}", program.to_string_lossy());
+    }
+    Ok(())
+}
