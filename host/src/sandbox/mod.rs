@@ -429,12 +429,7 @@ impl Sandbox {
         &self,
         out: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
     ) -> Result<u64, SandboxError> {
-        let frozen = if self.options.freeze_during_stop {
-            self.backend.freeze().await?
-        } else {
-            false
-        };
-        let copied = async {
+        self.while_frozen(async {
             let mut tar = self.persist_workspace().await?;
             tokio::io::copy(&mut tar, out)
                 .await
@@ -442,14 +437,29 @@ impl Sandbox {
                     what: "writing the workspace archive",
                     source: e,
                 })
-        }
-        .await;
+        })
+        .await
+    }
+
+    /// Runs `read` with the sandbox's processes paused when
+    /// [`SandboxOptions::freeze_during_stop`] is on, resuming them after,
+    /// whether `read` succeeded or not.
+    async fn while_frozen<T>(
+        &self,
+        read: impl std::future::Future<Output = Result<T, SandboxError>>,
+    ) -> Result<T, SandboxError> {
+        let frozen = if self.options.freeze_during_stop {
+            self.backend.freeze().await?
+        } else {
+            false
+        };
+        let result = read.await;
         if frozen {
             if let Err(e) = self.backend.thaw().await {
-                tracing::warn!(error = %e, "resuming the sandbox's processes after reading it failed; the next command resumes them");
+                tracing::warn!(error = %e, "resuming the sandbox's processes after reading its workspace failed; the next command resumes them");
             }
         }
-        copied
+        result
     }
 
     /// Extracts an archive into the workspace after the whole of it has
@@ -608,23 +618,16 @@ impl Sandbox {
         self.state.snapshot.persist_pending = true;
         self.save_state()?;
         let deadline = self.options.archive_deadline;
-        let frozen = if self.options.freeze_during_stop {
-            self.backend.freeze().await?
-        } else {
-            false
-        };
-        let persisted = tokio::time::timeout(deadline, self.persist_into_snapshot())
-            .await
-            .map_err(|_| SandboxError::Deadline {
-                operation: "persist",
-                seconds: deadline.as_secs(),
-            });
-        if frozen {
-            if let Err(e) = self.backend.thaw().await {
-                tracing::warn!(error = %e, "resuming the sandbox's processes after the snapshot failed; the next command resumes them");
-            }
-        }
-        let seal = persisted??;
+        let seal = self
+            .while_frozen(async {
+                tokio::time::timeout(deadline, self.persist_into_snapshot())
+                    .await
+                    .map_err(|_| SandboxError::Deadline {
+                        operation: "persist",
+                        seconds: deadline.as_secs(),
+                    })?
+            })
+            .await?;
         if let Some(lineage) = self.state.lineage.as_mut() {
             lineage.snapshot_digest = Some(seal.digest.clone());
         }
