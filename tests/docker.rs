@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
-    StartBranch,
+    BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
+    SnapshotSpec, StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
 use berth_tests::{container_id, docker_or_skip, resume_from_json, sh, test_image};
@@ -40,10 +40,9 @@ async fn resume_in_every_case_restores_byte_identical() {
     let snaps = dir.path().join("snaps");
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(workspace())
+            SandboxSpec::new(workspace())
                 .snapshot(SnapshotSpec::Local { base_dir: snaps })
-                .backend(BackendSpec::Docker(DockerOptions::new(test_image())))
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
         )
         .await
         .unwrap();
@@ -129,10 +128,9 @@ async fn timeout_kills_the_process_inside_the_container() {
     let client = SandboxClient::new(dir.path());
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(DockerOptions::new(test_image())))
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
         )
         .await
         .unwrap();
@@ -197,10 +195,9 @@ async fn limits_labels_and_secure_defaults_are_on_the_container() {
         ]);
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(options))
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Docker(options)),
         )
         .await
         .unwrap();
@@ -235,10 +232,9 @@ async fn unsupported_run_arguments_are_refused_by_name() {
     let options = DockerOptions::new(test_image()).run_args(vec!["--privileged".into()]);
     let err = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(options))
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Docker(options)),
         )
         .await
         .err()
@@ -291,14 +287,13 @@ async fn a_container_we_do_not_own_is_left_alone() {
     let client = SandboxClient::new(dir.path());
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Local {
                     base_dir: dir.path().join("snaps"),
                 })
                 .backend(BackendSpec::Docker(
                     DockerOptions::new(test_image()).existing_container(&name),
-                ))
-                .options(SandboxOptions::default()),
+                )),
         )
         .await
         .unwrap();
@@ -332,10 +327,9 @@ async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
         DockerOptions::new(test_image()).docker_host("unix:///nonexistent/berth-docker.sock");
     let err = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(options))
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Docker(options)),
         )
         .await
         .err()
@@ -378,7 +372,7 @@ async fn a_daemon_error_keeps_its_status_for_callers_to_match() {
     let client = SandboxClient::new(dir.path());
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
                 .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
         )
@@ -418,7 +412,7 @@ async fn a_container_of_another_sandbox_is_never_adopted_by_name() {
     let client = SandboxClient::new(dir.path());
     let name = format!("berth-shared-name-{}", std::process::id());
     let spec = || {
-        berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+        SandboxSpec::new(WorkspaceSpec::default())
             .snapshot(SnapshotSpec::Noop)
             .backend(BackendSpec::Docker(
                 DockerOptions::new(test_image()).name(name.clone()),

@@ -9,10 +9,13 @@ use std::time::{Duration, Instant};
 
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
-use berth::sandbox::{BackendSpec, SandboxClient, SandboxOptions, SnapshotSpec, StartBranch};
+use berth::sandbox::{
+    BackendSpec, SandboxClient, SandboxOptions, SandboxSpec, SnapshotSpec, StartBranch,
+};
 use berth::workspace::WorkspaceSpec;
 use berth_tests::{
-    berth_bin, container_id, docker_or_skip, docker_required, sh, test_image, workspace_gen,
+    berth_ok, berth_state, container_id, docker_or_skip, docker_required, sh, test_image,
+    workspace_gen,
 };
 
 fn dockerd_pid() -> Option<u32> {
@@ -92,12 +95,11 @@ async fn a_daemon_restart_mid_session_is_survived() {
     let client = SandboxClient::new(dir.path());
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Local {
                     base_dir: dir.path().join("s"),
                 })
-                .backend(BackendSpec::Docker(DockerOptions::new(test_image())))
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
         )
         .await
         .unwrap();
@@ -108,15 +110,7 @@ async fn a_daemon_restart_mid_session_is_survived() {
     // Beside it, a generated workspace driven through the CLI: stopped
     // before the restart, resumed by a fresh `berth exec` after it.
     let home = dir.path().join("home");
-    let berth = |args: &[&str]| {
-        let out = Command::new(berth_bin())
-            .env("BERTH_HOME", &home)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "berth {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let berth = |args: &[&str]| berth_ok(&home, args);
     let image = test_image();
     berth(&["create", "gen", "--backend", "docker", "--image", &image]);
     berth(&["exec", "gen", "--", &workspace_gen::script(21, 4 << 20)]);
@@ -161,10 +155,9 @@ async fn a_daemon_restart_mid_session_is_survived() {
     sb.shutdown().await.unwrap();
 
     berth(&["exec", "gen", "--", "true"]);
-    let gen: serde_json::Value = serde_json::from_str(&berth(&["inspect", "gen"])).unwrap();
     let raw = Command::new("docker")
         .args(["exec", "-w", "/workspace"])
-        .arg(gen["container_id"].as_str().unwrap())
+        .arg(container_id(&berth_state(&home, "gen")))
         .args(["sh", "-c", workspace_gen::MANIFEST])
         .output()
         .unwrap();

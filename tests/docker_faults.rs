@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec, StartBranch,
+    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec,
+    StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
 use berth_tests::{container_id, docker_or_skip, sh, test_image};
@@ -21,12 +22,11 @@ async fn new_sandbox(
 ) -> Sandbox {
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Local {
                     base_dir: snaps.to_path_buf(),
                 })
-                .backend(BackendSpec::Docker(options))
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Docker(options)),
         )
         .await
         .unwrap();

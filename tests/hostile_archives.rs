@@ -5,7 +5,9 @@
 
 use std::path::Path;
 
-use berth::sandbox::{BackendSpec, Sandbox, SandboxClient, SandboxOptions, SnapshotSpec};
+use berth::sandbox::{
+    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SnapshotSpec,
+};
 use berth::workspace::archive::ArchiveLimits;
 use berth::workspace::WorkspaceSpec;
 
@@ -270,7 +272,7 @@ async fn sandbox(dir: &Path) -> Sandbox {
     };
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
                 .backend(BackendSpec::Local {
                     root_dir: Some(dir.join("root")),

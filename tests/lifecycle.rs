@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
-    StartBranch,
+    BackendSpec, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
+    SnapshotSpec, StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
 use berth_tests::resume_from_json;
@@ -44,12 +44,11 @@ async fn four_start_branches_stop_and_resume() {
     let snapshots = dir.path().join("snapshots");
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(manifest(&notes))
+            SandboxSpec::new(manifest(&notes))
                 .snapshot(SnapshotSpec::Local {
                     base_dir: snapshots.clone(),
                 })
-                .backend(BackendSpec::Local { root_dir: None })
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Local { root_dir: None }),
         )
         .await
         .unwrap();
@@ -80,13 +79,7 @@ async fn four_start_branches_stop_and_resume() {
         .as_deref()
         .unwrap()
         .starts_with("blake3:"));
-    let root = {
-        let l = &state.backend;
-        assert_eq!(l.kind, "local");
-        l.decode::<berth::backend::local::LocalState>()
-            .unwrap()
-            .root_dir
-    };
+    let root = berth_tests::local_root(&state);
     // Stop destroys nothing.
     assert!(root.join("agent.txt").is_file());
 
@@ -152,11 +145,10 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     .unwrap();
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(spec)
+            SandboxSpec::new(spec)
                 .snapshot(SnapshotSpec::Noop)
                 .snapshot_id("my-stable-id")
-                .backend(BackendSpec::Local { root_dir: None })
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Local { root_dir: None }),
         )
         .await
         .unwrap();
@@ -168,10 +160,9 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
 
     let mut derived = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Local { root_dir: None })
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Local { root_dir: None }),
         )
         .await
         .unwrap();
@@ -192,10 +183,9 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     .unwrap();
     let err = client
         .create(
-            berth::sandbox::SandboxSpec::new(bad)
+            SandboxSpec::new(bad)
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Local { root_dir: None })
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Local { root_dir: None }),
         )
         .await
         .err()
@@ -221,15 +211,9 @@ fn state_json_round_trips_and_old_samples_load() {
     assert_eq!(old.session_id, "0123456789abcdef");
     assert_eq!(old.manifest.root, "/workspace");
     assert!(old.snapshot.digest.is_none());
-    {
-        let l = &old.backend;
-        assert_eq!(l.kind, "local");
-        assert!(
-            l.decode::<berth::backend::local::LocalState>()
-                .unwrap()
-                .owned
-        )
-    }
+    assert_eq!(old.backend.kind, berth::backend::local::KIND);
+    let local: berth::backend::local::LocalState = old.backend.decode().unwrap();
+    assert!(local.owned);
     let again = SandboxState::from_json(&old.to_json()).unwrap();
     assert_eq!(again, old);
 }
@@ -245,25 +229,18 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
     .unwrap();
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(spec)
+            SandboxSpec::new(spec)
                 .snapshot(SnapshotSpec::Local {
                     base_dir: snapshots.clone(),
                 })
-                .backend(BackendSpec::Local { root_dir: None })
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Local { root_dir: None }),
         )
         .await
         .unwrap();
     sb.start().await.unwrap();
     sb.stop().await.unwrap();
     let state = sb.state();
-    let root = {
-        let l = &state.backend;
-        assert_eq!(l.kind, "local");
-        l.decode::<berth::backend::local::LocalState>()
-            .unwrap()
-            .root_dir
-    };
+    let root = berth_tests::local_root(&state);
     // Replace the stored archive with a different, perfectly valid one.
     let evil_src = dir.path().join("evil");
     std::fs::create_dir(&evil_src).unwrap();
@@ -318,7 +295,7 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Plugin {
                     plugin: manifest_path.clone(),
                 })
@@ -364,10 +341,9 @@ async fn exec_timeout_kills_the_process_group_and_caps_count_bytes() {
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Local { root_dir: None })
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Local { root_dir: None }),
         )
         .await
         .unwrap();
@@ -421,14 +397,13 @@ async fn close_runs_shutdown_even_when_stop_fails() {
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Local {
                     base_dir: dir.path().join("snaps"),
                 })
                 .backend(BackendSpec::Local {
                     root_dir: Some(dir.path().join("ws")),
-                })
-                .options(SandboxOptions::default()),
+                }),
         )
         .await
         .unwrap();

@@ -5,46 +5,20 @@
 //! container while its snapshot is read.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use berth::backend::docker::DockerOptions;
 use berth::sandbox::{
-    BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
+    BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SnapshotSpec,
     StartBranch,
 };
 use berth::workspace::archive::ArchiveLimits;
 use berth::workspace::WorkspaceSpec;
-use berth_tests::{berth_bin, docker_or_skip, guest, resume_from_json, sh, test_image};
-
-fn berth_raw(home: &Path, args: &[&str]) -> Output {
-    Command::new(berth_bin())
-        .env("BERTH_HOME", home)
-        .env("RUST_LOG", "berth=info")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn berth(home: &Path, args: &[&str]) -> String {
-    let out = berth_raw(home, args);
-    assert!(
-        out.status.success(),
-        "berth {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn state(home: &Path, name: &str) -> SandboxState {
-    SandboxState::from_json(&berth(home, &["inspect", name])).unwrap()
-}
-
-fn container(state: &SandboxState) -> String {
-    let v: serde_json::Value = serde_json::from_str(&state.to_json()).unwrap();
-    v["container_id"].as_str().unwrap().to_string()
-}
+use berth_tests::{
+    berth_bin, berth_in, berth_ok, berth_state, container_id, docker_or_skip, guest, local_root,
+    resume_from_json, sh, test_image,
+};
 
 fn docker(args: &[&str]) -> String {
     let out = Command::new("docker").args(args).output().unwrap();
@@ -61,26 +35,26 @@ async fn a_removed_container_comes_back_with_its_workspace_and_the_snapshot_surv
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
     let image = test_image();
-    berth(
+    berth_ok(
         home,
         &["create", "dk", "--backend", "docker", "--image", &image],
     );
-    berth(home, &["exec", "dk", "--", "echo one > a.txt"]);
-    berth(home, &["stop", "dk"]);
-    let size = state(home, "dk").snapshot.size.unwrap();
-    docker(&["rm", "-f", &container(&state(home, "dk"))]);
+    berth_ok(home, &["exec", "dk", "--", "echo one > a.txt"]);
+    berth_ok(home, &["stop", "dk"]);
+    let size = berth_state(home, "dk").snapshot.size.unwrap();
+    docker(&["rm", "-f", &container_id(&berth_state(home, "dk"))]);
 
-    let out = berth_raw(home, &["exec", "dk", "--", "cat a.txt"]);
+    let out = berth_in(home, &["exec", "dk", "--", "cat a.txt"]);
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "one\n", "{log}");
     assert!(!log.contains("branch=Reuse"), "{log}");
 
-    berth(home, &["stop", "dk"]);
-    assert!(state(home, "dk").snapshot.size.unwrap() >= size);
-    docker(&["rm", "-f", &container(&state(home, "dk"))]);
-    assert_eq!(berth(home, &["exec", "dk", "--", "cat a.txt"]), "one\n");
-    berth(home, &["rm", "dk"]);
+    berth_ok(home, &["stop", "dk"]);
+    assert!(berth_state(home, "dk").snapshot.size.unwrap() >= size);
+    docker(&["rm", "-f", &container_id(&berth_state(home, "dk"))]);
+    assert_eq!(berth_ok(home, &["exec", "dk", "--", "cat a.txt"]), "one\n");
+    berth_ok(home, &["rm", "dk"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -92,14 +66,14 @@ async fn parallel_starts_on_a_removed_container_all_succeed_against_one_containe
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().to_path_buf();
     let image = test_image();
-    berth(
+    berth_ok(
         &home,
         &["create", "par", "--backend", "docker", "--image", &image],
     );
-    berth(&home, &["exec", "par", "--", "echo kept > k.txt"]);
-    berth(&home, &["stop", "par"]);
-    let session = state(&home, "par").session_id;
-    docker(&["rm", "-f", &container(&state(&home, "par"))]);
+    berth_ok(&home, &["exec", "par", "--", "echo kept > k.txt"]);
+    berth_ok(&home, &["stop", "par"]);
+    let session = berth_state(&home, "par").session_id;
+    docker(&["rm", "-f", &container_id(&berth_state(&home, "par"))]);
 
     let children: Vec<_> = (0..4)
         .map(|_| {
@@ -140,7 +114,7 @@ async fn parallel_starts_on_a_removed_container_all_succeed_against_one_containe
     for out in children {
         assert_eq!(String::from_utf8_lossy(&out.stdout), "kept\n");
     }
-    berth(&home, &["rm", "par"]);
+    berth_ok(&home, &["rm", "par"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -163,7 +137,7 @@ async fn stop_freezes_the_container_so_the_snapshot_is_one_moment() {
         };
         let mut sb = client
             .create(
-                berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+                SandboxSpec::new(WorkspaceSpec::default())
                     .snapshot(SnapshotSpec::Local {
                         base_dir: snaps.clone(),
                     })
@@ -250,11 +224,10 @@ async fn a_store_that_keeps_sending_is_cut_off_at_the_recorded_size() {
     let client = SandboxClient::new(dir.path());
     let sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Remote { plugin: manifest })
                 .snapshot_id("endless")
-                .backend(BackendSpec::Local { root_dir: None })
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Local { root_dir: None }),
         )
         .await
         .unwrap();
@@ -315,7 +288,7 @@ async fn hydrate_reads_a_users_stream_no_further_than_the_archive_limit() {
     };
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
                 .backend(BackendSpec::Local { root_dir: None })
                 .options(options),
@@ -339,15 +312,14 @@ async fn stop_refuses_a_workspace_that_replaced_the_one_it_set_up() {
     let root = dir.path().join("ws");
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Local {
                     base_dir: dir.path().join("snaps"),
                 })
                 .snapshot_id("guarded")
                 .backend(BackendSpec::Local {
                     root_dir: Some(root.clone()),
-                })
-                .options(SandboxOptions::default()),
+                }),
         )
         .await
         .unwrap();
@@ -385,16 +357,15 @@ async fn stop_refuses_a_workspace_that_replaced_the_one_it_set_up() {
 fn a_sparse_file_survives_stop_and_start_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
-    berth(home, &["create", "sp"]);
-    berth(
+    berth_ok(home, &["create", "sp"]);
+    berth_ok(
         home,
         &["exec", "sp", "--", "truncate -s 1G sparse.img && printf x | dd of=sparse.img bs=1 seek=4096 conv=notrunc 2>/dev/null && ln sparse.img hard.img"],
     );
-    berth(home, &["stop", "sp"]);
-    let v: serde_json::Value = serde_json::from_str(&berth(home, &["inspect", "sp"])).unwrap();
-    let root = PathBuf::from(v["root_dir"].as_str().unwrap());
+    berth_ok(home, &["stop", "sp"]);
+    let root = local_root(&berth_state(home, "sp"));
     std::fs::remove_dir_all(&root).unwrap();
-    berth(home, &["start", "sp"]);
+    berth_ok(home, &["start", "sp"]);
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(root.join("sparse.img")).unwrap();
     assert_eq!(meta.len(), 1 << 30);
@@ -405,7 +376,7 @@ fn a_sparse_file_survives_stop_and_start_through_the_cli() {
     );
     assert_eq!(meta.nlink(), 2, "the hardlink is kept");
     assert_eq!(
-        berth(
+        berth_ok(
             home,
             &[
                 "exec",
@@ -416,7 +387,7 @@ fn a_sparse_file_survives_stop_and_start_through_the_cli() {
         ),
         "x"
     );
-    berth(home, &["rm", "sp"]);
+    berth_ok(home, &["rm", "sp"]);
 }
 
 /// Counts how often `needle` appears in `hay`.
@@ -431,7 +402,7 @@ fn cli_errors_say_each_cause_once() {
 
     // A store that fails with an empty message.
     let empty = faulty_manifest(home, "empty-message", 30);
-    let out = berth_raw(
+    let out = berth_in(
         home,
         &[
             "create",
@@ -449,7 +420,7 @@ fn cli_errors_say_each_cause_once() {
 
     // A store past its deadline.
     let slow = faulty_manifest(home, "sleep", 2);
-    let out = berth_raw(
+    let out = berth_in(
         home,
         &[
             "create",

@@ -19,10 +19,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use berth::backend::docker::DockerOptions;
-use berth::sandbox::{BackendSpec, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec};
+use berth::sandbox::{BackendSpec, SandboxClient, SandboxSpec, SandboxState, SnapshotSpec};
 use berth::workspace::WorkspaceSpec;
 use berth_tests::workspace_gen::{self, MANIFEST};
-use berth_tests::{berth_bin, docker_or_skip, resume_from_json, sh, test_image};
+use berth_tests::{
+    berth_bin, berth_ok, berth_state, container_id, docker_or_skip, local_root, resume_from_json,
+    sh, test_image,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Entry {
@@ -78,13 +81,13 @@ enum Raw {
 
 impl Raw {
     fn of(state: &SandboxState) -> Raw {
-        let v: serde_json::Value = serde_json::from_str(&state.to_json()).unwrap();
-        match v["type"].as_str().unwrap() {
-            "local" => Raw::Dir(PathBuf::from(v["root_dir"].as_str().unwrap())),
-            _ => Raw::Container {
-                id: v["container_id"].as_str().unwrap().to_string(),
+        if state.backend.kind == berth::backend::local::KIND {
+            Raw::Dir(local_root(state))
+        } else {
+            Raw::Container {
+                id: container_id(state),
                 root: state.manifest.root.clone(),
-            },
+            }
         }
     }
 
@@ -138,26 +141,6 @@ fn workspace_for(disaster: Disaster) -> WorkspaceSpec {
     serde_json::from_value(serde_json::json!({ "root": root })).unwrap()
 }
 
-/// One `berth` command in a fresh process with `home`; returns stdout.
-fn berth(home: &Path, args: &[&str]) -> String {
-    let out = Command::new(berth_bin())
-        .env("BERTH_HOME", home)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "berth {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn cli_state(home: &Path, name: &str) -> SandboxState {
-    SandboxState::from_json(&berth(home, &["inspect", name])).unwrap()
-}
-
 /// An empty tar (two zero blocks) for the hydrate entry point.
 fn empty_tar(dir: &Path) -> PathBuf {
     let p = dir.join("empty.tar");
@@ -184,12 +167,11 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
         };
         let mut sb = client
             .create(
-                berth::sandbox::SandboxSpec::new(workspace)
+                SandboxSpec::new(workspace)
                     .snapshot(SnapshotSpec::Local {
                         base_dir: home.join("snapshots"),
                     })
-                    .backend(backend)
-                    .options(SandboxOptions::default()),
+                    .backend(backend),
             )
             .await
             .unwrap();
@@ -209,11 +191,11 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
         if docker {
             create.extend(["--backend", "docker", "--image", &image]);
         }
-        berth(&home, &create);
-        berth(&home, &["exec", "rt", "--", &script]);
-        let before = Raw::of(&cli_state(&home, "rt")).manifest();
-        berth(&home, &["stop", "rt"]);
-        (before, cli_state(&home, "rt"))
+        berth_ok(&home, &create);
+        berth_ok(&home, &["exec", "rt", "--", &script]);
+        let before = Raw::of(&berth_state(&home, "rt")).manifest();
+        berth_ok(&home, &["stop", "rt"]);
+        (before, berth_state(&home, "rt"))
     };
     assert!(
         !before.is_empty(),
@@ -234,27 +216,27 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
             sb.state()
         }
         Entry::CliExec => {
-            berth(&home, &["exec", "rt", "--", "true"]);
-            cli_state(&home, "rt")
+            berth_ok(&home, &["exec", "rt", "--", "true"]);
+            berth_state(&home, "rt")
         }
         Entry::CliStop => {
-            berth(&home, &["stop", "rt"]);
-            cli_state(&home, "rt")
+            berth_ok(&home, &["stop", "rt"]);
+            berth_state(&home, "rt")
         }
         Entry::CliStart => {
-            berth(&home, &["start", "rt"]);
-            cli_state(&home, "rt")
+            berth_ok(&home, &["start", "rt"]);
+            berth_state(&home, "rt")
         }
         Entry::CliPersist => {
             let out = dir.path().join("out.tar");
-            berth(&home, &["persist", "rt", "--out", out.to_str().unwrap()]);
+            berth_ok(&home, &["persist", "rt", "--out", out.to_str().unwrap()]);
             assert!(std::fs::metadata(&out).unwrap().len() > 1024, "{label}");
-            cli_state(&home, "rt")
+            berth_state(&home, "rt")
         }
         Entry::CliHydrate => {
             let tar = empty_tar(dir.path());
-            berth(&home, &["hydrate", "rt", tar.to_str().unwrap()]);
-            cli_state(&home, "rt")
+            berth_ok(&home, &["hydrate", "rt", tar.to_str().unwrap()]);
+            berth_state(&home, "rt")
         }
     };
     let after = Raw::of(&after_state).manifest();
@@ -266,8 +248,8 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
     if entry == Entry::CliStop {
         // The snapshot that stop wrote after the disaster is good too.
         Raw::of(&after_state).disaster(disaster);
-        berth(&home, &["start", "rt"]);
-        let again = Raw::of(&cli_state(&home, "rt")).manifest();
+        berth_ok(&home, &["start", "rt"]);
+        let again = Raw::of(&berth_state(&home, "rt")).manifest();
         assert_eq!(
             before, again,
             "{label}: the snapshot written after the disaster differs"

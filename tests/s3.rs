@@ -10,7 +10,9 @@ use berth::backend::ExecRequest;
 use berth::conformance::pattern::{DigestWriter, PatternReader};
 use berth::conformance::{check_remote_client, ConformanceOptions};
 use berth::plugin::PluginHost;
-use berth::sandbox::{BackendSpec, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec};
+use berth::sandbox::{
+    BackendSpec, SandboxClient, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec,
+};
 use berth::workspace::WorkspaceSpec;
 use berth::RemoteSnapshotClient;
 use berth_tests::{host_with_cache, s3_manifest, s3_or_skip};
@@ -185,10 +187,9 @@ async fn a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory() {
     let host_a = SandboxClient::new(dir.path().join("host-a"));
     let mut sb = host_a
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Remote { plugin: manifest })
-                .backend(BackendSpec::Local { root_dir: None })
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Local { root_dir: None }),
         )
         .await
         .unwrap();
@@ -240,11 +241,10 @@ async fn boto3_reads_what_the_plugin_wrote_as_a_valid_tar() {
     let client = SandboxClient::new(dir.path().join("home"));
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Remote { plugin: manifest })
                 .snapshot_id("boto3-check")
-                .backend(BackendSpec::Local { root_dir: None })
-                .options(SandboxOptions::default()),
+                .backend(BackendSpec::Local { root_dir: None }),
         )
         .await
         .unwrap();

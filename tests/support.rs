@@ -53,6 +53,34 @@ pub fn berth_bin() -> PathBuf {
     bin
 }
 
+/// Runs `berth ARGS` in a fresh process with `BERTH_HOME=home` and its
+/// logs at `info` on stderr, as a user would.
+pub fn berth_in(home: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(berth_bin())
+        .env("BERTH_HOME", home)
+        .env("RUST_LOG", "berth=info")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// [`berth_in`], which must succeed; its stdout.
+pub fn berth_ok(home: &Path, args: &[&str]) -> String {
+    let out = berth_in(home, args);
+    assert!(
+        out.status.success(),
+        "berth {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The state of CLI sandbox `name` (`berth inspect`).
+pub fn berth_state(home: &Path, name: &str) -> berth::sandbox::SandboxState {
+    berth::sandbox::SandboxState::from_json(&berth_ok(home, &["inspect", name])).unwrap()
+}
+
 /// Size of the streamed large round trip: `BERTH_CONFORMANCE_LARGE`
 /// (e.g. `512MiB`), default 2 GiB.
 pub fn large_size() -> u64 {
@@ -230,6 +258,13 @@ pub async fn resume_from_json(
         )
         .await
         .unwrap()
+}
+
+/// The workspace directory of a local sandbox's state.
+pub fn local_root(state: &berth::sandbox::SandboxState) -> PathBuf {
+    assert_eq!(state.backend.kind, berth::backend::local::KIND);
+    let local: berth::backend::local::LocalState = state.backend.decode().unwrap();
+    local.root_dir
 }
 
 /// The container id of a Docker sandbox's state.

@@ -13,7 +13,7 @@ use berth::backend::local::LocalState;
 use berth::backend::ExecRequest;
 use berth::plugin::{CompileCache, PluginHost};
 use berth::sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec,
+    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec,
 };
 use berth::workspace::WorkspaceSpec;
 
@@ -99,7 +99,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     };
     let mut sandbox = client
         .create(
-            berth::sandbox::SandboxSpec::new(workspace)
+            SandboxSpec::new(workspace)
                 .snapshot(SnapshotSpec::Remote {
                     plugin: manifest.clone(),
                 })
@@ -210,7 +210,7 @@ async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<
     };
     let mut sandbox = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Remote {
                     plugin: manifest.to_path_buf(),
                 })

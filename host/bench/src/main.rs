@@ -12,7 +12,7 @@ use berth::backend::local::LocalState;
 use berth::backend::ExecRequest;
 use berth::plugin::{CompileCache, PluginHost};
 use berth::sandbox::{
-    BackendSpec, BackendState, Sandbox, SandboxClient, SandboxOptions, SnapshotSpec,
+    BackendSpec, BackendState, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SnapshotSpec,
 };
 use berth::workspace::WorkspaceSpec;
 use berth::RemoteSnapshotClient;
@@ -285,12 +285,11 @@ async fn berth_roundtrip(
 ) -> anyhow::Result<(f64, f64)> {
     let mut sb = client
         .create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(snapshot)
                 .backend(BackendSpec::Local {
                     root_dir: Some(src.to_path_buf()),
-                })
-                .options(SandboxOptions::default()),
+                }),
         )
         .await?;
     sb.start().await?;
@@ -584,7 +583,7 @@ async fn docker_rows(
     let snaps = base.join("docker-snaps");
     let new_sandbox = || {
         client.create(
-            berth::sandbox::SandboxSpec::new(WorkspaceSpec::default())
+            SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Local {
                     base_dir: snaps.clone(),
                 })
