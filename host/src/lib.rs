@@ -52,6 +52,7 @@
 mod archive_dir;
 pub mod backend;
 mod byte_pipe;
+mod capped_writer;
 pub mod conformance;
 pub mod plugin;
 mod plugin_error;

@@ -35,8 +35,9 @@ pub use state::{SandboxState, SnapshotState, WorkspaceLineage};
 pub use state_file::{StateFile, StateLock};
 
 use crate::backend::{Backend, BackendError, ExecRequest, ExecResult, Provisioned};
+use crate::capped_writer::CappedWriter;
 use crate::plugin::{PluginError, PluginHost};
-use crate::snapshot::SandboxSnapshot;
+use crate::snapshot::{DedupRecord, DedupSnapshot, GcReport, PackCache, SandboxSnapshot};
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::{StorageError, StoreError};
 use crate::workspace::archive::{ArchiveError, ArchiveLimits, ArchiveStats};
@@ -590,6 +591,7 @@ impl Sandbox {
         self.state.snapshot.digest = Some(fetched.digest);
         self.state.snapshot.size = Some(fetched.size);
         self.state.snapshot.persist_pending = false;
+        self.sync_dedup_record();
         tokio::time::timeout(deadline, self.extract_spooled(spool.path()))
             .await
             .map_err(|_| SandboxError::Deadline {
@@ -633,8 +635,9 @@ impl Sandbox {
         }
         self.state.snapshot.digest = Some(seal.digest);
         self.state.snapshot.size = Some(seal.size);
-        self.state.snapshot.compression = self.options.compression.then(|| "zstd".to_string());
+        self.state.snapshot.compression = self.compresses().then(|| "zstd".to_string());
         self.state.snapshot.persist_pending = false;
+        self.sync_dedup_record();
         self.save_state()?;
         self.running = false;
         Ok(())
@@ -683,7 +686,7 @@ impl Sandbox {
 
     async fn persist_into_snapshot(&self) -> Result<sealing::Seal, SandboxError> {
         let tar = self.persist_workspace().await?;
-        let stored: Box<dyn AsyncRead + Send + Unpin> = if self.options.compression {
+        let stored: Box<dyn AsyncRead + Send + Unpin> = if self.compresses() {
             Box::new(async_compression::tokio::bufread::ZstdEncoder::new(
                 tokio::io::BufReader::with_capacity(256 * 1024, tar),
             ))
@@ -697,6 +700,75 @@ impl Sandbox {
             SandboxError::State("the snapshot did not read the archive to its end".into())
         })?;
         Ok(seal)
+    }
+
+    /// Whether `stop` compresses the whole archive (a deduplicated
+    /// snapshot compresses chunks itself).
+    fn compresses(&self) -> bool {
+        self.options.compression && self.snapshot.as_dedup().is_none()
+    }
+
+    /// Copies a deduplicated snapshot's generations into the state.
+    fn sync_dedup_record(&mut self) {
+        if let Some(dedup) = self.snapshot.as_dedup() {
+            self.state.snapshot.dedup = Some(dedup.record());
+        }
+    }
+
+    fn dedup(&self) -> Result<&DedupSnapshot, SandboxError> {
+        self.snapshot.as_dedup().ok_or_else(|| {
+            SandboxError::State(format!(
+                "snapshot {} keeps one archive, not generations: create the sandbox with a deduplicated remote snapshot (`--dedup`)",
+                self.state.snapshot.id
+            ))
+        })
+    }
+
+    /// Makes the next [`start`](Sandbox::start) restore generation
+    /// `number` of a deduplicated snapshot (see [`DedupRecord`]) instead of
+    /// the newest; the next stop then writes a new generation descending
+    /// from it. The workspace must be gone ([`shutdown`](Sandbox::shutdown)
+    /// first), since restoring over it would mix two moments.
+    pub fn select_generation(&mut self, number: u64) -> Result<(), SandboxError> {
+        if self.state.workspace_root_ready {
+            return Err(SandboxError::State(
+                "the workspace is still there; shut the sandbox down first (its unsaved changes would be mixed with the older generation)".into(),
+            ));
+        }
+        let dedup = self.dedup()?;
+        let generation = dedup.select_generation(number).ok_or_else(|| {
+            let kept: Vec<String> = dedup
+                .record()
+                .generations
+                .iter()
+                .chain(&dedup.record().pinned)
+                .map(|g| g.number.to_string())
+                .collect();
+            SandboxError::State(format!(
+                "generation {number} of snapshot {} is not kept (kept: {}); `--keep N` at create keeps more",
+                self.state.snapshot.id,
+                if kept.is_empty() { "none".to_string() } else { kept.join(", ") }
+            ))
+        })?;
+        self.state.snapshot.digest = Some(generation.digest);
+        self.state.snapshot.size = Some(generation.size);
+        self.state.snapshot.persist_pending = false;
+        self.sync_dedup_record();
+        Ok(())
+    }
+
+    /// Deletes (or, with `dry_run`, lists) the objects of this sandbox's
+    /// deduplicated snapshot that no kept generation needs: dropped
+    /// generations, and packs an interrupted stop left behind. Stops of
+    /// this sandbox must not run meanwhile (they take `&mut self`; across
+    /// processes, hold the sandbox's [`StateLock`]).
+    pub async fn collect_garbage(&mut self, dry_run: bool) -> Result<GcReport, SandboxError> {
+        let report = self.dedup()?.collect_garbage(dry_run).await?;
+        if !dry_run {
+            self.sync_dedup_record();
+            self.save_state()?;
+        }
+        Ok(report)
     }
 
     /// Destroys the backend resources this sandbox owns.
@@ -830,6 +902,7 @@ pub struct SandboxClientBuilder {
     home: PathBuf,
     plugins: Option<PluginHost>,
     save_state: bool,
+    pack_cache: Option<Option<PackCache>>,
 }
 
 impl SandboxClientBuilder {
@@ -850,16 +923,29 @@ impl SandboxClientBuilder {
         self
     }
 
+    /// Where deduplicated snapshots keep the packs they upload and
+    /// download, so a restore on this host skips downloads (`None`: no
+    /// cache). By default, `$BERTH_CACHE_DIR` (else `<home>/cache/packs`)
+    /// capped at `$BERTH_CACHE_MAX_BYTES` (else 4 GiB; `0` turns it off).
+    pub fn pack_cache(mut self, cache: Option<PackCache>) -> Self {
+        self.pack_cache = Some(cache);
+        self
+    }
+
     /// The client.
     pub fn build(self) -> SandboxClient {
         let plugins = Arc::new(tokio::sync::OnceCell::new());
         if let Some(host) = self.plugins {
             let _ = plugins.set(host);
         }
+        let pack_cache = self
+            .pack_cache
+            .unwrap_or_else(|| PackCache::from_env(&self.home.join("cache").join("packs")));
         SandboxClient {
             home: self.home,
             plugins,
             save_state: self.save_state,
+            pack_cache,
         }
     }
 }
@@ -875,6 +961,7 @@ pub struct SandboxClient {
     home: PathBuf,
     plugins: Arc<tokio::sync::OnceCell<PluginHost>>,
     save_state: bool,
+    pack_cache: Option<PackCache>,
 }
 
 impl SandboxClient {
@@ -901,6 +988,7 @@ impl SandboxClient {
             home: home.into(),
             plugins: None,
             save_state: true,
+            pack_cache: None,
         }
     }
 
@@ -938,6 +1026,57 @@ impl SandboxClient {
 
     /// Creates a sandbox (not yet started) from `spec`.
     pub async fn create(&self, spec: SandboxSpec) -> Result<Sandbox, SandboxError> {
+        self.create_from(spec, None).await
+    }
+
+    /// A new sandbox that starts from `source`'s current generation: its
+    /// first start restores that workspace, and its stops store only what
+    /// differs from it, sharing `source`'s chunks. `source` needs a
+    /// deduplicated snapshot with at least one generation; that generation
+    /// is pinned in the store, so `source`'s garbage collection keeps it.
+    /// The fork gets the same workspace manifest and snapshot store, a new
+    /// snapshot id, and runs on `backend` with `options`. Hold `source`'s
+    /// lock (across processes, its [`StateLock`]) while forking.
+    pub async fn fork(
+        &self,
+        source: &Sandbox,
+        backend: BackendSpec,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, SandboxError> {
+        let dedup = source.dedup()?;
+        let keep = dedup.record().keep;
+        let base = dedup.pin_head().await?;
+        // The store as the state names it (a plugin manifest), so the fork
+        // resumes from its own state; else the live client.
+        let store = match SnapshotSpec::from_state(&source.state.snapshot) {
+            Ok(SnapshotSpec::Dedup { store, .. }) => *store,
+            _ => SnapshotSpec::RemoteClient(dedup.client().clone()),
+        };
+        let previous = SnapshotState {
+            kind: "remote".into(),
+            id: source.state.snapshot.id.clone(),
+            base_dir: None,
+            plugin: source.state.snapshot.plugin.clone(),
+            digest: Some(base.digest.clone()),
+            size: Some(base.size),
+            compression: None,
+            persist_pending: false,
+            dedup: Some(DedupRecord::forked_from(base, keep)),
+        };
+        let spec = SandboxSpec::new(source.state.manifest.clone())
+            .snapshot(store.deduplicated(keep))
+            .backend(backend)
+            .options(options);
+        self.create_from(spec, Some(&previous)).await
+    }
+
+    /// [`SandboxClient::create`], with a snapshot that continues
+    /// `previous` (a fork's base).
+    async fn create_from(
+        &self,
+        spec: SandboxSpec,
+        previous: Option<&SnapshotState>,
+    ) -> Result<Sandbox, SandboxError> {
         let SandboxSpec {
             workspace,
             snapshot,
@@ -957,8 +1096,14 @@ impl SandboxClient {
         let snapshot = snapshot.unwrap_or_else(|| SnapshotSpec::Local {
             base_dir: self.home.join("snapshots"),
         });
-        let (snap, snap_state) =
-            snapshot_binding::bind(&snapshot, id, self.plugin_host().await?, None).await?;
+        let (snap, snap_state) = snapshot_binding::bind(
+            &snapshot,
+            id,
+            self.plugin_host().await?,
+            previous,
+            self.pack_cache.as_ref(),
+        )
+        .await?;
         let backend: Box<dyn Backend> = match backend {
             BackendSpec::Local { root_dir } => {
                 let root_dir =
@@ -1050,6 +1195,7 @@ impl SandboxClient {
             state.snapshot.id.clone(),
             self.plugin_host().await?,
             Some(&state.snapshot),
+            self.pack_cache.as_ref(),
         )
         .await?;
         snap_state.digest = state.snapshot.digest.clone();
@@ -1058,71 +1204,6 @@ impl SandboxClient {
         let mut state = state;
         state.snapshot = snap_state;
         Ok(Sandbox::new(state, backend, snap, options))
-    }
-}
-
-/// An `AsyncWrite` that refuses to write more than `limit` bytes in all,
-/// remembering that it did.
-struct CappedWriter<W> {
-    inner: W,
-    written: u64,
-    limit: u64,
-    overran: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl<W> CappedWriter<W> {
-    fn new(inner: W, limit: u64) -> Self {
-        CappedWriter {
-            inner,
-            written: 0,
-            limit,
-            overran: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        }
-    }
-
-    fn flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
-        self.overran.clone()
-    }
-
-    fn overran(&self) -> bool {
-        self.overran.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CappedWriter<W> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        if self.written.saturating_add(buf.len() as u64) > self.limit {
-            self.overran
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
-                "more than {} bytes",
-                self.limit
-            ))));
-        }
-        let this = &mut *self;
-        let polled = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
-        if let std::task::Poll::Ready(Ok(n)) = &polled {
-            this.written += *n as u64;
-        }
-        polled
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

@@ -10,7 +10,10 @@ use super::state::{PluginRef, SnapshotState};
 use super::SandboxError;
 use crate::plugin::{Plugin, PluginHost, World};
 use crate::remote_client::RemoteSnapshotClient;
-use crate::snapshot::{LocalSnapshot, NoopSnapshot, RemoteSnapshot, SandboxSnapshot};
+use crate::snapshot::{
+    DedupOptions, DedupRecord, DedupSnapshot, LocalSnapshot, NoopSnapshot, PackCache,
+    RemoteSnapshot, SandboxSnapshot,
+};
 use crate::snapshot_id::SnapshotId;
 
 /// Where a sandbox's snapshots go.
@@ -49,6 +52,27 @@ pub enum SnapshotSpec {
     RemoteClient(Arc<dyn RemoteSnapshotClient>),
     /// A whole snapshot implementation of the embedder's own.
     Custom(Arc<dyn SandboxSnapshot>),
+    /// Incremental, deduplicated generations (a [`DedupSnapshot`]) in the
+    /// remote store `store` (a [`SnapshotSpec::Remote`],
+    /// [`SnapshotSpec::RemoteClient`], or a remote-client
+    /// [`SnapshotSpec::LoadedPlugin`]), keeping the newest `keep`. The
+    /// state records it, so a resume without a spec is deduplicated too.
+    Dedup {
+        /// The remote store.
+        store: Box<SnapshotSpec>,
+        /// Generations kept (at least 1).
+        keep: u32,
+    },
+}
+
+impl SnapshotSpec {
+    /// This remote store, deduplicated, keeping `keep` generations.
+    pub fn deduplicated(self, keep: u32) -> Self {
+        SnapshotSpec::Dedup {
+            store: Box::new(self),
+            keep: keep.max(1),
+        }
+    }
 }
 
 impl std::fmt::Debug for SnapshotSpec {
@@ -61,6 +85,7 @@ impl std::fmt::Debug for SnapshotSpec {
             SnapshotSpec::LoadedPlugin(p) => write!(f, "LoadedPlugin({})", p.name()),
             SnapshotSpec::RemoteClient(_) => f.write_str("RemoteClient(..)"),
             SnapshotSpec::Custom(_) => f.write_str("Custom(..)"),
+            SnapshotSpec::Dedup { store, keep } => write!(f, "Dedup({store:?}, keep {keep})"),
         }
     }
 }
@@ -88,7 +113,13 @@ impl SnapshotSpec {
                     .clone()
                     .ok_or_else(|| SandboxError::State("local snapshot without base_dir".into()))?,
             },
-            "remote" => SnapshotSpec::Remote { plugin: plugin()? },
+            "remote" => {
+                let remote = SnapshotSpec::Remote { plugin: plugin()? };
+                match &state.dedup {
+                    Some(record) => remote.deduplicated(record.keep),
+                    None => remote,
+                }
+            }
             "plugin" => SnapshotSpec::Plugin { plugin: plugin()? },
             "custom" => {
                 return Err(SandboxError::State(
@@ -105,13 +136,15 @@ impl SnapshotSpec {
 }
 
 /// Opens the snapshot `id` per `spec`; returns it with its state record.
-/// `previous` (from resumed state) carries the digest to verify and the
-/// component digest to compare.
+/// `previous` (from resumed state) carries the digest to verify, the
+/// component digest to compare and a deduplicated snapshot's generations;
+/// `cache` is where deduplicated snapshots keep packs.
 pub async fn bind(
     spec: &SnapshotSpec,
     id: SnapshotId,
     host: &PluginHost,
     previous: Option<&SnapshotState>,
+    cache: Option<&PackCache>,
 ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotState), SandboxError> {
     let mut state = SnapshotState {
         kind: String::new(),
@@ -122,28 +155,80 @@ pub async fn bind(
         size: previous.and_then(|p| p.size),
         compression: previous.and_then(|p| p.compression.clone()),
         persist_pending: previous.is_some_and(|p| p.persist_pending),
+        dedup: None,
     };
-    let snapshot: Arc<dyn SandboxSnapshot> = match spec {
+    let (spec, keep) = match spec {
+        SnapshotSpec::Dedup { store, keep } => (store.as_ref(), Some(*keep)),
+        other => (other, None),
+    };
+    let record = match (previous.and_then(|p| p.dedup.clone()), keep) {
+        (Some(record), _) => Some(record),
+        (None, Some(keep)) => Some(DedupRecord::new(keep)),
+        (None, None) => None,
+    };
+    let bound = bind_store(spec, &id, host, previous, &mut state).await?;
+    let snapshot: Arc<dyn SandboxSnapshot> = match (bound, record) {
+        (Bound::Remote(client), Some(record)) => {
+            let options = DedupOptions::default()
+                .keep(record.keep)
+                .cache(cache.cloned());
+            state.dedup = Some(record.clone());
+            Arc::new(DedupSnapshot::resume(
+                id,
+                client,
+                record,
+                state.persist_pending,
+                options,
+            ))
+        }
+        (Bound::Remote(client), None) => Arc::new(RemoteSnapshot::new(id, client)),
+        (Bound::Snapshot(_), Some(_)) => {
+            return Err(SandboxError::State(format!(
+                "deduplication needs a remote store (remote:MANIFEST or a remote client), not a {} snapshot",
+                state.kind
+            )))
+        }
+        (Bound::Snapshot(snapshot), None) => snapshot,
+    };
+    Ok((snapshot, state))
+}
+
+/// What a spec binds to: a remote store (which becomes a remote or a
+/// deduplicated snapshot) or a whole snapshot.
+enum Bound {
+    Remote(Arc<dyn RemoteSnapshotClient>),
+    Snapshot(Arc<dyn SandboxSnapshot>),
+}
+
+async fn bind_store(
+    spec: &SnapshotSpec,
+    id: &SnapshotId,
+    host: &PluginHost,
+    previous: Option<&SnapshotState>,
+    state: &mut SnapshotState,
+) -> Result<Bound, SandboxError> {
+    let id = id.clone();
+    Ok(match spec {
         SnapshotSpec::Noop => {
             state.kind = "noop".into();
-            Arc::new(NoopSnapshot::new(id))
+            Bound::Snapshot(Arc::new(NoopSnapshot::new(id)))
         }
         SnapshotSpec::Local { base_dir } => {
             state.kind = "local".into();
             state.base_dir = Some(base_dir.clone());
-            Arc::new(LocalSnapshot::new(id, base_dir.clone())?)
+            Bound::Snapshot(Arc::new(LocalSnapshot::new(id, base_dir.clone())?))
         }
         SnapshotSpec::RemoteClient(client) => {
             state.kind = "remote".into();
-            Arc::new(RemoteSnapshot::new(id, client.clone()))
+            Bound::Remote(client.clone())
         }
         SnapshotSpec::Custom(snapshot) => {
             state.kind = "custom".into();
-            snapshot.clone()
+            Bound::Snapshot(snapshot.clone())
         }
         SnapshotSpec::LoadedPlugin(loaded) => {
             let source = loaded.manifest().source.clone();
-            bind_plugin(loaded, source, None, id, previous, &mut state).await?
+            bind_plugin(loaded, source, None, id, previous, state).await?
         }
         SnapshotSpec::Remote { plugin } | SnapshotSpec::Plugin { plugin } => {
             let loaded = host.load_file(plugin).await?;
@@ -151,20 +236,15 @@ pub async fn bind(
                 SnapshotSpec::Remote { .. } => Some(World::RemoteClient),
                 _ => Some(World::Snapshot),
             };
-            bind_plugin(
-                &loaded,
-                Some(plugin.clone()),
-                wants,
-                id,
-                previous,
-                &mut state,
-            )
-            .await?
+            bind_plugin(&loaded, Some(plugin.clone()), wants, id, previous, state).await?
         }
-    };
-    Ok((snapshot, state))
+        SnapshotSpec::Dedup { .. } => {
+            return Err(SandboxError::State(
+                "a deduplicated snapshot cannot wrap another deduplicated snapshot".into(),
+            ))
+        }
+    })
 }
-
 /// A loaded plugin as the sandbox's snapshot: a remote client becomes a
 /// remote snapshot, a snapshot plugin opens `id`. `wants` is the world the
 /// spec asked for, if it named one.
@@ -175,7 +255,7 @@ async fn bind_plugin(
     id: SnapshotId,
     previous: Option<&SnapshotState>,
     state: &mut SnapshotState,
-) -> Result<Arc<dyn SandboxSnapshot>, SandboxError> {
+) -> Result<Bound, SandboxError> {
     let name = manifest
         .as_ref()
         .map(|m| m.display().to_string())
@@ -206,11 +286,11 @@ async fn bind_plugin(
     Ok(match loaded.world() {
         World::RemoteClient => {
             state.kind = "remote".into();
-            Arc::new(RemoteSnapshot::new(id, Arc::new(loaded.remote_client()?)))
+            Bound::Remote(Arc::new(loaded.remote_client()?))
         }
         _ => {
             state.kind = "plugin".into();
-            Arc::new(loaded.open_snapshot(id.as_str()).await?)
+            Bound::Snapshot(Arc::new(loaded.open_snapshot(id.as_str()).await?))
         }
     })
 }

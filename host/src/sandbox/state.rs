@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::snapshot::DedupRecord;
 use crate::snapshot_id::SnapshotId;
 use crate::workspace::WorkspaceSpec;
 
@@ -50,6 +51,10 @@ pub struct SnapshotState {
     /// Set before persisting, cleared after; see `Sandbox::stop`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub persist_pending: bool,
+    /// The generations of a deduplicated snapshot (see
+    /// [`crate::snapshot::DedupSnapshot`]); absent for whole-archive ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup: Option<DedupRecord>,
 }
 
 pub use crate::backend::BackendState;

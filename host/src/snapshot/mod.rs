@@ -5,11 +5,18 @@
 //! (`<dir>/<id>.tar` on the host), [`RemoteSnapshot`] (delegates to any
 //! [`RemoteSnapshotClient`](crate::RemoteSnapshotClient), native or Wasm).
 //! Snapshot plugins come in through [`crate::plugin::WasmSnapshot`].
+//! [`DedupSnapshot`] keeps generations of the workspace as deduplicated
+//! chunks in any remote snapshot client.
 
+mod dedup;
 mod local;
 mod noop;
 mod remote;
 
+pub use dedup::{
+    ChunkerParams, DedupOptions, DedupRecord, DedupSnapshot, GcReport, Generation, PackCache,
+    StopStats, DEFAULT_CACHE_BYTES, FORMAT_VERSION,
+};
 pub use local::LocalSnapshot;
 pub use noop::NoopSnapshot;
 pub use remote::RemoteSnapshot;
@@ -41,4 +48,10 @@ pub trait SandboxSnapshot: Send + Sync {
 
     /// Whether `restore` would find an archive.
     async fn is_restorable(&self) -> Result<bool, StoreError>;
+
+    /// This snapshot as a [`DedupSnapshot`], if it is one (its generations
+    /// are then part of the sandbox state). By default, `None`.
+    fn as_dedup(&self) -> Option<&DedupSnapshot> {
+        None
+    }
 }

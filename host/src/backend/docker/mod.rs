@@ -180,6 +180,21 @@ impl DockerOptions {
         self
     }
 
+    /// The settings of an existing sandbox's container, for a new one of
+    /// its own (as `berth fork` makes): same image, limits, network, ports,
+    /// run arguments, environment and daemon; a new, owned container.
+    pub fn like(existing: &DockerState) -> Self {
+        DockerOptions {
+            state: DockerState {
+                container_id: None,
+                container_name: String::new(),
+                container_owned: true,
+                binds: Vec::new(),
+                ..existing.clone()
+            },
+        }
+    }
+
     /// The state as configured so far (for probing the daemon).
     pub fn into_state_for_probe(self) -> DockerState {
         self.state

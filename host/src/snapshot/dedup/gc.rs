@@ -1,0 +1,143 @@
+//! Garbage collection: deletes the packs and indexes of dropped
+//! generations, and the packs an interrupted stop left behind, when no
+//! retained generation references them.
+//!
+//! Safety rests on three rules (see `docs/SNAPSHOT-FORMAT.md`): a snapshot
+//! only ever deletes packs carrying its own owner tag; a generation that a
+//! fork started from is pinned by a marker object and kept; and collection
+//! runs under the sandbox's lock, like its stops, so no stop of the same
+//! snapshot is between uploading packs and committing their index while it
+//! runs. An index that a stop committed but whose state write was lost is
+//! probed for and counted as retained.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::format::names;
+use super::{is_not_found, DedupSnapshot};
+use crate::store_error::StoreError;
+
+/// What a collection deleted (or, dry, would delete).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GcReport {
+    /// Nothing was deleted; this is what would be.
+    pub dry_run: bool,
+    /// Index objects of dropped generations.
+    pub indexes: Vec<String>,
+    /// Packs no retained generation references.
+    pub packs: Vec<String>,
+    /// Whether an interrupted stop's journal was found.
+    pub journal: bool,
+    /// Generations kept because a fork started from them.
+    pub pinned: Vec<u64>,
+}
+
+/// What a stop writes before each pack upload.
+#[derive(Deserialize)]
+struct Journal {
+    packs: Vec<String>,
+}
+
+impl DedupSnapshot {
+    /// Deletes (or, with `dry_run`, lists) the objects of this snapshot that
+    /// no retained generation needs. Run it under the sandbox's lock.
+    pub async fn collect_garbage(&self, dry_run: bool) -> Result<GcReport, StoreError> {
+        let mut record = self.record();
+        record.drop_beyond_keep();
+        let mut report = GcReport {
+            dry_run,
+            ..GcReport::default()
+        };
+        let mut doomed = Vec::new();
+        for g in std::mem::take(&mut record.doomed) {
+            if self.client.exists(&names::pin(&g.index)).await? {
+                report.pinned.push(g.number);
+                record.pinned.push(g);
+            } else {
+                doomed.push(g);
+            }
+        }
+        let mut retained: Vec<String> = record
+            .generations
+            .iter()
+            .chain(&record.pinned)
+            .map(|g| g.index.clone())
+            .collect();
+        let unrecorded = names::index(self.id.as_str(), record.next_number());
+        if self.client.exists(&unrecorded).await? {
+            retained.push(unrecorded);
+        }
+        let mut referenced = BTreeSet::new();
+        for object in &retained {
+            // An unreadable retained index stops the collection: better
+            // to keep garbage than to delete what it might need.
+            let index = self.index(object).await?;
+            referenced.extend(index.header.packs.iter().cloned());
+        }
+        let mut candidates = BTreeSet::new();
+        for g in &doomed {
+            match self.index(&g.index).await {
+                Ok(index) => {
+                    candidates.extend(index.header.packs.iter().cloned());
+                    report.indexes.push(g.index.clone());
+                }
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let journal_id = names::journal(self.id.as_str());
+        match self
+            .fetch_small(&journal_id, 16 * 1024 * 1024, "journal")
+            .await
+        {
+            Ok(bytes) => {
+                report.journal = true;
+                if let Ok(j) = serde_json::from_slice::<Journal>(&bytes) {
+                    candidates.extend(j.packs);
+                }
+            }
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e),
+        }
+        report.packs = candidates
+            .into_iter()
+            .filter(|p| {
+                names::parse_pack(p).is_some_and(|(tag, _)| tag == self.tag)
+                    && !referenced.contains(p)
+            })
+            .collect();
+        if dry_run {
+            return Ok(report);
+        }
+        for object in report.packs.iter().chain(&report.indexes) {
+            match self.client.delete(object).await {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if report.journal {
+            match self.client.delete(&journal_id).await {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if let Ok(mut m) = self.indexes.lock() {
+            for i in &report.indexes {
+                m.remove(i);
+            }
+        }
+        self.update_record(|r| {
+            r.generations = record.generations;
+            r.pinned = record.pinned;
+            r.doomed.clear();
+        });
+        if !report.packs.is_empty() || !report.indexes.is_empty() {
+            tracing::info!(snapshot = %self.id, packs = report.packs.len(),
+                indexes = report.indexes.len(), "collected dropped generations");
+        }
+        Ok(report)
+    }
+}

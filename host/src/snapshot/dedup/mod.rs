@@ -1,0 +1,331 @@
+//! Incremental, deduplicated snapshots over any [`RemoteSnapshotClient`]
+//! (native or Wasm), without changing the plugin contract: chunks, packs
+//! and indexes are plain objects under ids. The format is specified in
+//! `docs/SNAPSHOT-FORMAT.md`.
+//!
+//! A stop cuts the workspace tar into content-defined chunks, uploads the
+//! chunks its parent generation does not have in packs of up to 32 MiB
+//! (each announced in a journal first), then writes one index object: the
+//! commit point. Packs no retained generation references are deleted after
+//! the commit, or by [`DedupSnapshot::collect_garbage`]. A restore fetches
+//! the index, then the packs it needs (three in flight, or from the host's
+//! [`PackCache`]), checks every pack and chunk, and streams the tar in
+//! order; its BLAKE3 is checked against the index and the sandbox state
+//! before anything is extracted.
+
+mod cache;
+mod chunker;
+mod format;
+mod gc;
+mod persist;
+mod record;
+mod restore;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub use cache::{PackCache, DEFAULT_CACHE_BYTES};
+pub use chunker::ChunkerParams;
+pub use format::FORMAT_VERSION;
+pub use gc::GcReport;
+pub use record::{DedupRecord, Generation, StopStats};
+
+use super::SandboxSnapshot;
+use crate::capped_writer::CappedWriter;
+use crate::remote_client::RemoteSnapshotClient;
+use crate::snapshot_id::SnapshotId;
+use crate::store_error::{FormatError, StorageError, StoreError};
+use format::{names, Index, MAX_INDEX_BYTES};
+
+/// How a deduplicated snapshot cuts, compresses and caches.
+#[derive(Debug, Clone)]
+pub struct DedupOptions {
+    keep: u32,
+    chunker: ChunkerParams,
+    zstd_level: i32,
+    cache: Option<PackCache>,
+    spool_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for DedupOptions {
+    fn default() -> Self {
+        DedupOptions {
+            keep: 1,
+            chunker: ChunkerParams::default(),
+            zstd_level: 1,
+            cache: None,
+            spool_dir: None,
+        }
+    }
+}
+
+impl DedupOptions {
+    /// Generations kept per snapshot, the newest first. By default, 1.
+    /// A resumed snapshot keeps what its record says.
+    pub fn keep(mut self, generations: u32) -> Self {
+        self.keep = generations.max(1);
+        self
+    }
+
+    /// Chunk size bounds. By default, 64 KiB / 256 KiB / 1 MiB; invalid
+    /// bounds are replaced by the default.
+    pub fn chunker(mut self, params: ChunkerParams) -> Self {
+        self.chunker = if params.is_valid() {
+            params
+        } else {
+            ChunkerParams::default()
+        };
+        self
+    }
+
+    /// zstd level for new chunks (kept raw when compression saves less
+    /// than 1/32). By default, 1.
+    pub fn zstd_level(mut self, level: i32) -> Self {
+        self.zstd_level = level;
+        self
+    }
+
+    /// Keep packs in this host-side cache. By default, none (the
+    /// [`crate::SandboxClient`] passes the one `$BERTH_CACHE_DIR` names).
+    pub fn cache(mut self, cache: Option<PackCache>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// Where packs are built and downloaded when there is no cache. By
+    /// default, the system temp dir.
+    pub fn spool_dir(mut self, dir: Option<std::path::PathBuf>) -> Self {
+        self.spool_dir = dir;
+        self
+    }
+
+    /// The number of generations kept.
+    pub fn kept_generations(&self) -> u32 {
+        self.keep
+    }
+}
+
+/// A [`SandboxSnapshot`] that stores generations of the workspace as
+/// deduplicated chunks through any [`RemoteSnapshotClient`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use berth::remote_client::DirRemoteClient;
+/// use berth::snapshot::{DedupOptions, DedupSnapshot};
+/// use berth::{SandboxSnapshot, SnapshotId};
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let store = Arc::new(DirRemoteClient::new(dir.path())?);
+/// let snapshot = DedupSnapshot::new(SnapshotId::parse("agent-1")?, store, DedupOptions::default());
+/// # let mut b = tar::Builder::new(Vec::new());
+/// # let mut h = tar::Header::new_gnu(); h.set_size(3); h.set_mode(0o644); h.set_cksum();
+/// # b.append_data(&mut h, "a.txt", &b"hi\n"[..])?; let tar = b.into_inner()?;
+/// snapshot.persist(&mut &tar[..]).await?; // generation 1: everything is new
+/// snapshot.persist(&mut &tar[..]).await?; // generation 2: the index alone
+/// let stats = snapshot.record().last_stop.unwrap();
+/// assert_eq!((stats.generation, stats.upload_calls, stats.new_bytes), (2, 1, 0));
+/// let mut back = Vec::new();
+/// snapshot.restore(&mut back).await?;
+/// assert_eq!(back, tar);
+/// # Ok(()) }
+/// ```
+pub struct DedupSnapshot {
+    id: SnapshotId,
+    tag: String,
+    client: Arc<dyn RemoteSnapshotClient>,
+    options: DedupOptions,
+    record: Mutex<DedupRecord>,
+    /// A stop was interrupted: an index newer than the record may exist.
+    interrupted: bool,
+    /// Indexes read or written in this process, by object id.
+    indexes: Mutex<HashMap<String, Arc<Index>>>,
+}
+
+impl DedupSnapshot {
+    /// A new deduplicated snapshot `id` in `client`.
+    pub fn new(
+        id: SnapshotId,
+        client: Arc<dyn RemoteSnapshotClient>,
+        options: DedupOptions,
+    ) -> Self {
+        let record = DedupRecord::new(options.keep);
+        Self::resume(id, client, record, false, options)
+    }
+
+    /// The snapshot as its `record` (from the sandbox state) describes it;
+    /// `interrupted` when the state says a stop did not finish.
+    pub fn resume(
+        id: SnapshotId,
+        client: Arc<dyn RemoteSnapshotClient>,
+        record: DedupRecord,
+        interrupted: bool,
+        options: DedupOptions,
+    ) -> Self {
+        DedupSnapshot {
+            tag: names::owner_tag(id.as_str()),
+            id,
+            client,
+            options,
+            record: Mutex::new(record),
+            interrupted,
+            indexes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The record to keep in the sandbox state.
+    pub fn record(&self) -> DedupRecord {
+        self.record
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    fn update_record(&self, f: impl FnOnce(&mut DedupRecord)) {
+        match self.record.lock() {
+            Ok(mut r) => f(&mut r),
+            Err(p) => f(&mut p.into_inner()),
+        }
+    }
+
+    /// Makes generation `number` the one the next restore reads and the
+    /// next stop deduplicates against. Returns it, or `None` if it is not
+    /// retained.
+    pub fn select_generation(&self, number: u64) -> Option<Generation> {
+        let mut found = None;
+        self.update_record(|r| {
+            found = r.find(number).cloned();
+            if found.is_some() {
+                r.current = Some(number);
+            }
+        });
+        found
+    }
+
+    /// Marks the current generation as the base of a fork, so garbage
+    /// collection keeps it and the packs it references; returns it.
+    pub async fn pin_head(&self) -> Result<Generation, StoreError> {
+        let head = self.record().head().cloned().ok_or_else(|| {
+            StoreError::Storage(StorageError::NotFound(format!(
+                "snapshot {} has no generation yet: stop it once before forking it",
+                self.id
+            )))
+        })?;
+        let marker =
+            serde_json::to_vec(&serde_json::json!({ "pinned": head.index })).unwrap_or_default();
+        self.client
+            .upload(&names::pin(&head.index), &mut &marker[..])
+            .await?;
+        Ok(head)
+    }
+
+    /// The snapshot's store.
+    pub fn client(&self) -> &Arc<dyn RemoteSnapshotClient> {
+        &self.client
+    }
+
+    /// An index, from this process's memory or the store, checked.
+    async fn index(&self, object: &str) -> Result<Arc<Index>, StoreError> {
+        if let Some(i) = self
+            .indexes
+            .lock()
+            .ok()
+            .and_then(|m| m.get(object).cloned())
+        {
+            return Ok(i);
+        }
+        let bytes = self.fetch_small(object, MAX_INDEX_BYTES, "index").await?;
+        let index = Index::decode(&bytes).map_err(|source| StoreError::Format {
+            object: object.to_string(),
+            source,
+        })?;
+        let index = Arc::new(index);
+        self.remember(object, index.clone());
+        Ok(index)
+    }
+
+    fn remember(&self, object: &str, index: Arc<Index>) {
+        if let Ok(mut m) = self.indexes.lock() {
+            m.insert(object.to_string(), index);
+        }
+    }
+
+    /// Downloads a small object into memory, at most `cap` bytes.
+    async fn fetch_small(
+        &self,
+        object: &str,
+        cap: u64,
+        kind: &'static str,
+    ) -> Result<Vec<u8>, StoreError> {
+        let mut sink = CappedWriter::new(Vec::new(), cap);
+        let fetched = self.client.download(object, &mut sink).await;
+        if sink.overran() {
+            return Err(StoreError::Format {
+                object: object.to_string(),
+                source: FormatError::Malformed {
+                    kind,
+                    why: format!("it is larger than the {cap} bytes an {kind} may be"),
+                },
+            });
+        }
+        fetched?;
+        Ok(sink.into_inner())
+    }
+
+    fn spool_dir(&self) -> Result<std::path::PathBuf, StoreError> {
+        let local = |source| StoreError::Local {
+            what: "creating the pack directory",
+            source,
+        };
+        match (&self.options.cache, &self.options.spool_dir) {
+            (Some(cache), _) => cache.ensure_dir().map(|p| p.to_path_buf()).map_err(local),
+            (None, Some(dir)) => Ok(dir.clone()),
+            (None, None) => Ok(std::env::temp_dir()),
+        }
+    }
+}
+
+fn is_not_found(e: &StoreError) -> bool {
+    matches!(e.storage(), Some(StorageError::NotFound(_)))
+}
+
+#[async_trait::async_trait]
+impl SandboxSnapshot for DedupSnapshot {
+    fn id(&self) -> &str {
+        self.id.as_str()
+    }
+
+    fn kind(&self) -> &str {
+        "remote"
+    }
+
+    fn persistence_enabled(&self) -> bool {
+        true
+    }
+
+    async fn persist(
+        &self,
+        archive: &mut (dyn AsyncRead + Unpin + Send),
+    ) -> Result<(), StoreError> {
+        self.persist_generation(archive).await
+    }
+
+    async fn restore(&self, sink: &mut (dyn AsyncWrite + Unpin + Send)) -> Result<(), StoreError> {
+        self.restore_generation(sink).await
+    }
+
+    async fn is_restorable(&self) -> Result<bool, StoreError> {
+        match self.restore_target().await? {
+            Some(g) => self.client.exists(&g.index).await,
+            // Before its first deduplicated stop, a snapshot that used to
+            // be a whole tar restores from that.
+            None => self.client.exists(self.id.as_str()).await,
+        }
+    }
+
+    fn as_dedup(&self) -> Option<&DedupSnapshot> {
+        Some(self)
+    }
+}

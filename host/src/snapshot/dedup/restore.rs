@@ -1,0 +1,233 @@
+//! A restore: index → packs (three in flight, or from the cache), each
+//! checked against its name → chunks in tar order, each checked against
+//! its id → the sink; the tar's BLAKE3 is checked against the index at the
+//! end (and by the sandbox against its state before extraction).
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+use futures::StreamExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::cache::hash_file;
+use super::format::{decode_chunk, names, MAX_PACK_BYTES};
+use super::record::Generation;
+use super::{is_not_found, DedupSnapshot};
+use crate::capped_writer::CappedWriter;
+use crate::store_error::{FormatError, StoreError};
+
+/// Pack downloads in flight during a restore.
+const PACKS_IN_FLIGHT: usize = 3;
+
+/// A pack on local disk for the length of a restore.
+struct LocalPack {
+    path: PathBuf,
+    /// Removed when the restore ends, unless the pack went to the cache.
+    _temp: Option<tempfile::TempPath>,
+}
+
+impl DedupSnapshot {
+    /// The generation a restore reads: after an interrupted stop, the one
+    /// it committed if it got that far; else the current one or the fork
+    /// base; `None` before the first deduplicated stop.
+    pub(super) async fn restore_target(&self) -> Result<Option<Generation>, StoreError> {
+        let record = self.record();
+        if self.interrupted {
+            let number = record.next_number();
+            let index = names::index(self.id.as_str(), number);
+            if self.client.exists(&index).await? {
+                let committed = self.index(&index).await?;
+                let g = Generation {
+                    number,
+                    index,
+                    digest: committed.header.tar_digest.clone(),
+                    size: committed.header.tar_size,
+                };
+                tracing::warn!(snapshot = %self.id, generation = number,
+                    "an interrupted stop committed a newer generation; restoring it");
+                self.update_record(|r| {
+                    r.generations.push(g.clone());
+                    r.current = Some(number);
+                    r.drop_beyond_keep();
+                });
+                return Ok(Some(g));
+            }
+        }
+        Ok(record.head().cloned())
+    }
+
+    pub(super) async fn restore_generation(
+        &self,
+        sink: &mut (dyn AsyncWrite + Unpin + Send),
+    ) -> Result<(), StoreError> {
+        let Some(generation) = self.restore_target().await? else {
+            return self.client.download(self.id.as_str(), sink).await;
+        };
+        let index = self.index(&generation.index).await?;
+        let format_error = |source| StoreError::Format {
+            object: generation.index.clone(),
+            source,
+        };
+        if index.header.tar_digest != generation.digest || index.header.tar_size != generation.size
+        {
+            return Err(format_error(FormatError::Archive(format!(
+                "the state records {} ({} bytes), the index {} ({} bytes)",
+                generation.digest, generation.size, index.header.tar_digest, index.header.tar_size
+            ))));
+        }
+        let order = index.packs_in_use();
+        let wanted: Vec<(u32, String)> = order
+            .iter()
+            .map(|p| (*p, index.header.packs[*p as usize].clone()))
+            .collect();
+        let mut fetches = futures::stream::iter(
+            wanted
+                .into_iter()
+                .map(|(p, name)| async move { self.fetch_pack(&name).await.map(|l| (p, l)) }),
+        )
+        .buffered(PACKS_IN_FLIGHT);
+        let mut ready: HashMap<u32, (std::fs::File, LocalPack)> = HashMap::new();
+        let mut tar = blake3::Hasher::new();
+        let mut stored = Vec::new();
+        for entry in &index.entries {
+            while !ready.contains_key(&entry.pack) {
+                let Some(fetched) = fetches.next().await else {
+                    return Err(format_error(FormatError::Malformed {
+                        kind: "index",
+                        why: "an entry's pack was never fetched".into(),
+                    }));
+                };
+                let (n, pack) = fetched?;
+                let file = std::fs::File::open(&pack.path).map_err(|source| StoreError::Local {
+                    what: "opening a downloaded pack",
+                    source,
+                })?;
+                ready.insert(n, (file, pack));
+            }
+            let Some((file, _)) = ready.get(&entry.pack) else {
+                continue;
+            };
+            let pack_name = &index.header.packs[entry.pack as usize];
+            stored.resize(entry.location.stored_len as usize, 0);
+            file.read_exact_at(&mut stored, entry.location.offset)
+                .map_err(|_| StoreError::Format {
+                    object: pack_name.clone(),
+                    source: FormatError::Malformed {
+                        kind: "pack",
+                        why: "a chunk the index names lies past its end".into(),
+                    },
+                })?;
+            let raw = decode_chunk(&entry.chunk, &entry.location, &stored).map_err(|source| {
+                StoreError::Format {
+                    object: pack_name.clone(),
+                    source,
+                }
+            })?;
+            tar.update(&raw);
+            sink.write_all(&raw).await.map_err(StoreError::Sink)?;
+        }
+        let digest = format!("blake3:{}", tar.finalize().to_hex());
+        if digest != index.header.tar_digest {
+            return Err(format_error(FormatError::Archive(format!(
+                "reassembled {digest}, the index says {}",
+                index.header.tar_digest
+            ))));
+        }
+        sink.flush().await.map_err(StoreError::Sink)?;
+        self.update_record(|r| {
+            if r.find(generation.number).is_some() && r.base.as_ref() != Some(&generation) {
+                r.current = Some(generation.number);
+            }
+        });
+        if let Some(cache) = &self.options.cache {
+            cache.trim();
+        }
+        Ok(())
+    }
+
+    /// A pack on local disk, checked against its name: from the cache, or
+    /// downloaded (at most [`MAX_PACK_BYTES`]).
+    async fn fetch_pack(&self, name: &str) -> Result<LocalPack, StoreError> {
+        let Some((_, expected)) = names::parse_pack(name) else {
+            return Err(StoreError::Format {
+                object: name.to_string(),
+                source: FormatError::Malformed {
+                    kind: "pack",
+                    why: "not a pack name".into(),
+                },
+            });
+        };
+        if let Some(cache) = self.options.cache.clone() {
+            let lookup = name.to_string();
+            if let Ok(Some(path)) = tokio::task::spawn_blocking(move || cache.lookup(&lookup)).await
+            {
+                return Ok(LocalPack { path, _temp: None });
+            }
+        }
+        let spool = self.spool_dir()?;
+        let (file, temp) = tempfile::Builder::new()
+            .prefix(".berth-pack-")
+            .tempfile_in(&spool)
+            .map_err(|source| StoreError::Local {
+                what: "creating a file for a downloaded pack",
+                source,
+            })?
+            .into_parts();
+        let mut sink = CappedWriter::new(tokio::fs::File::from_std(file), MAX_PACK_BYTES);
+        let downloaded = self.client.download(name, &mut sink).await;
+        if sink.overran() {
+            return Err(StoreError::Format {
+                object: name.to_string(),
+                source: FormatError::Malformed {
+                    kind: "pack",
+                    why: format!("it is larger than the {MAX_PACK_BYTES} bytes a pack may be"),
+                },
+            });
+        }
+        downloaded.map_err(|e| {
+            if is_not_found(&e) {
+                StoreError::Format {
+                    object: name.to_string(),
+                    source: FormatError::Missing,
+                }
+            } else {
+                e
+            }
+        })?;
+        sink.flush().await.map_err(StoreError::Sink)?;
+        let path: PathBuf = temp.to_path_buf();
+        let actual = tokio::task::spawn_blocking(move || hash_file(&path))
+            .await
+            .map_err(|e| StoreError::Local {
+                what: "checking a downloaded pack",
+                source: std::io::Error::other(e.to_string()),
+            })?
+            .map_err(|source| StoreError::Local {
+                what: "checking a downloaded pack",
+                source,
+            })?;
+        if actual.to_hex().as_str() != expected {
+            return Err(StoreError::Format {
+                object: name.to_string(),
+                source: FormatError::Checksum {
+                    expected: expected.to_string(),
+                    actual: actual.to_hex().to_string(),
+                },
+            });
+        }
+        match &self.options.cache {
+            Some(cache) => match cache.admit(temp, name) {
+                Ok(path) => Ok(LocalPack { path, _temp: None }),
+                Err(e) => Err(StoreError::Local {
+                    what: "keeping a downloaded pack",
+                    source: e,
+                }),
+            },
+            None => Ok(LocalPack {
+                path: temp.to_path_buf(),
+                _temp: Some(temp),
+            }),
+        }
+    }
+}
