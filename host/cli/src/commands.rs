@@ -23,10 +23,7 @@ enum Command {
     /// Create a sandbox (and start it, unless --no-start).
     Create(Box<sandboxes::CreateArgs>),
     /// Start a sandbox: reuse, rebuild or restore its workspace.
-    Start {
-        /// Sandbox name.
-        name: String,
-    },
+    Start(sandboxes::StartArgs),
     /// Run a shell command in a sandbox; its exit code becomes berth's.
     Exec(sandboxes::ExecArgs),
     /// Persist the workspace into its snapshot (destroys nothing).
@@ -68,6 +65,26 @@ enum Command {
         /// The tar file.
         file: PathBuf,
     },
+    /// Delete what no kept generation of a deduplicated snapshot needs
+    /// (dropped generations, packs an interrupted stop left).
+    Gc {
+        /// Sandboxes (default: every one with a deduplicated snapshot).
+        names: Vec<String>,
+        /// List what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Make a new sandbox that starts from NAME's latest generation,
+    /// sharing its chunks (NAME needs a deduplicated snapshot).
+    Fork {
+        /// The sandbox to fork.
+        name: String,
+        /// The new sandbox's name.
+        new: String,
+        /// Create without starting.
+        #[arg(long)]
+        no_start: bool,
+    },
     /// Check, inspect and try snapshot-store plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -77,7 +94,7 @@ enum Command {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Create(a) => sandboxes::create(*a).await,
-        Command::Start { name } => sandboxes::start(&name).await,
+        Command::Start(a) => sandboxes::start(a).await,
         Command::Exec(a) => sandboxes::exec(a).await,
         Command::Stop { name } => sandboxes::stop(&name).await,
         Command::Rm { name, force } => sandboxes::rm(&name, force).await,
@@ -85,6 +102,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect { name } => sandboxes::inspect(&name).await,
         Command::Persist { name, out } => sandboxes::persist(&name, &out).await,
         Command::Hydrate { name, file } => sandboxes::hydrate(&name, &file).await,
+        Command::Gc { names, dry_run } => sandboxes::gc(names, dry_run).await,
+        Command::Fork {
+            name,
+            new,
+            no_start,
+        } => sandboxes::fork(&name, &new, no_start).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
     }
 }

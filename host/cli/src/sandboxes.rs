@@ -1,4 +1,4 @@
-//! `berth create|start|exec|stop|rm|ls|inspect|persist|hydrate`: sandboxes
+//! `berth create|start|exec|stop|rm|ls|inspect|persist|hydrate|gc|fork`: sandboxes
 //! kept by name as state files under `$BERTH_HOME`.
 
 use std::path::{Path, PathBuf};
@@ -180,9 +180,18 @@ pub struct CreateArgs {
     /// Snapshot id (default: derived from the session id, stable).
     #[arg(long)]
     snapshot_id: Option<String>,
-    /// Compress snapshots with zstd.
+    /// Compress snapshots with zstd (a deduplicated snapshot compresses
+    /// its chunks itself).
     #[arg(long)]
     compress: bool,
+    /// Store incremental, deduplicated generations (remote:MANIFEST only):
+    /// a stop uploads what changed, not the whole workspace.
+    #[arg(long)]
+    dedup: bool,
+    /// Generations to keep (with --dedup); `berth start NAME
+    /// --snapshot-generation K` restores an older one.
+    #[arg(long, default_value_t = 1, requires = "dedup")]
+    keep: u32,
     /// Backend: local (not isolated) or docker.
     #[arg(long, default_value = "local", value_parser = ["local", "docker"])]
     backend: String,
@@ -243,7 +252,16 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
         }
         None => WorkspaceSpec::default(),
     };
-    let snapshot = parse_snapshot(&args.snapshot, &home)?;
+    let mut snapshot = parse_snapshot(&args.snapshot, &home)?;
+    if args.dedup {
+        if !matches!(snapshot, SnapshotSpec::Remote { .. }) {
+            bail!(
+                "--dedup needs a remote store (--snapshot remote:MANIFEST), not {:?}",
+                args.snapshot
+            );
+        }
+        snapshot = snapshot.deduplicated(args.keep);
+    }
     let client = SandboxClient::new(&home);
     let opts = options(&home, &args.name, args.compress, !args.no_freeze);
     let backend = match args.backend.as_str() {
@@ -324,12 +342,41 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `berth start NAME`.
-pub async fn start(name: &str) -> anyhow::Result<ExitCode> {
+/// `berth start`.
+#[derive(Args)]
+pub struct StartArgs {
+    /// Sandbox name.
+    name: String,
+    /// Restore this generation of a deduplicated snapshot instead of the
+    /// newest (see `berth inspect NAME` for the kept ones).
+    #[arg(long)]
+    snapshot_generation: Option<u64>,
+    /// With --snapshot-generation: discard the live workspace (and its
+    /// changes since the last stop) to restore the older generation.
+    #[arg(long, requires = "snapshot_generation")]
+    discard_workspace: bool,
+}
+
+pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
+    let name = args.name.as_str();
     let home = berth_home()?;
     let _lock = lock(&home, name).await?;
     let mut saved = load(&home, name)?;
     let mut sandbox = resume(&home, &saved).await?;
+    if let Some(generation) = args.snapshot_generation {
+        if sandbox.state().workspace_root_ready {
+            if !args.discard_workspace {
+                bail!(
+                    "{name}'s workspace is live; `berth stop {name}` saves it first, and `--discard-workspace` drops it to restore generation {generation}"
+                );
+            }
+            let shut = sandbox.shutdown().await;
+            saved.state = sandbox.state();
+            save(&home, &saved)?;
+            shut?;
+        }
+        sandbox.select_generation(generation)?;
+    }
     let result = sandbox.start().await;
     saved.state = sandbox.state();
     save(&home, &saved)?;
@@ -415,6 +462,17 @@ pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
         s.size.unwrap_or(0),
         s.digest.as_deref().unwrap_or("not persisted")
     );
+    if let Some(stats) = s.dedup.as_ref().and_then(|d| d.last_stop.as_ref()) {
+        println!(
+            "generation {}: uploaded {} bytes in {} calls ({} of {} chunks new, dedup ratio {})",
+            stats.generation,
+            stats.uploaded_bytes,
+            stats.upload_calls,
+            stats.new_chunks,
+            stats.chunks,
+            stats.dedup_ratio
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -444,12 +502,10 @@ pub async fn rm(name: &str, force: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `berth ls`.
-pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
-    let home = berth_home()?;
-    let dir = home.join("sandboxes");
+/// Every sandbox's saved state, by name.
+fn saved_sandboxes(home: &Path) -> Vec<Saved> {
     let mut rows = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(&dir) {
+    if let Ok(rd) = std::fs::read_dir(home.join("sandboxes")) {
         for e in rd.flatten() {
             let p = e.path();
             if p.extension().is_some_and(|x| x == "json") {
@@ -464,6 +520,13 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     rows.sort_by(|a, b| a.name.cmp(&b.name));
+    rows
+}
+
+/// `berth ls`.
+pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let rows = saved_sandboxes(&home);
     if json {
         let states: Vec<_> = rows
             .iter()
@@ -534,6 +597,119 @@ pub async fn hydrate(name: &str, file: &Path) -> anyhow::Result<ExitCode> {
     println!(
         "extracted {} entries ({} bytes) into {name}",
         stats.entries, stats.bytes
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth gc [NAME...] [--dry-run]`: collect the garbage of deduplicated
+/// snapshots (all sandboxes with one when no name is given).
+pub async fn gc(names: Vec<String>, dry_run: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let names = if names.is_empty() {
+        saved_sandboxes(&home)
+            .into_iter()
+            .filter(|s| s.state.snapshot.dedup.is_some())
+            .map(|s| s.name)
+            .collect()
+    } else {
+        names
+    };
+    let client = SandboxClient::new(&home);
+    let mut failed = false;
+    for name in names {
+        let _lock = lock(&home, &name).await?;
+        let mut saved = load(&home, &name)?;
+        match client.collect_garbage(&saved.state, None, dry_run).await {
+            Ok((report, state)) => {
+                let verb = if dry_run { "would delete" } else { "deleted" };
+                println!(
+                    "{name}: {verb} {} packs and {} indexes{}{}",
+                    report.packs.len(),
+                    report.indexes.len(),
+                    if report.journal {
+                        ", and an interrupted stop's journal"
+                    } else {
+                        ""
+                    },
+                    if report.pinned.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; kept generations {:?} (forks start from them)",
+                            report.pinned
+                        )
+                    }
+                );
+                for object in report.packs.iter().chain(&report.indexes) {
+                    println!("  {object}");
+                }
+                if !dry_run {
+                    saved.state = state;
+                    save(&home, &saved)?;
+                }
+            }
+            Err(e) => {
+                eprintln!("berth: gc {name}: {:#}", anyhow::Error::new(e));
+                failed = true;
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `berth fork NAME NEW`: a new sandbox starting from NAME's latest
+/// generation, sharing its chunks.
+pub async fn fork(name: &str, new: &str, no_start: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let _source_lock = lock(&home, name).await?;
+    let _lock = lock(&home, new).await?;
+    if state_path(&home, new)?.exists() {
+        bail!("a sandbox named {new:?} exists already; pick another name");
+    }
+    let source = load(&home, name)?;
+    let backend = match source.state.backend.kind.as_str() {
+        "docker" => BackendSpec::Docker(DockerOptions::like(&source.state.backend.decode()?)),
+        _ => BackendSpec::Local { root_dir: None },
+    };
+    let client = SandboxClient::new(&home);
+    let opts = options(&home, new, false, source.freeze);
+    let mut sandbox = client
+        .fork(&source.state, None, backend, opts)
+        .await
+        .with_context(|| format!("forking {name}"))?;
+    let started = if no_start {
+        Ok(())
+    } else {
+        sandbox.start().await.map(|_| ())
+    };
+    let saved = Saved {
+        name: new.to_string(),
+        compression: false,
+        freeze: source.freeze,
+        state: sandbox.state(),
+    };
+    save(&home, &saved)?;
+    if let Err(e) = started {
+        return Err(anyhow::Error::new(e).context(format!(
+            "{new} was forked but did not start; `berth start {new}` retries, `berth rm {new}` removes it"
+        )));
+    }
+    let base = saved
+        .state
+        .snapshot
+        .dedup
+        .as_ref()
+        .and_then(|d| d.base.as_ref())
+        .map(|g| format!("{} generation {}", name, g.number))
+        .unwrap_or_default();
+    println!(
+        "forked {new} from {base} (snapshot {}){}",
+        saved.state.snapshot.id,
+        if no_start { "" } else { ", started" }
     );
     Ok(ExitCode::SUCCESS)
 }

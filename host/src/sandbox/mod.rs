@@ -716,12 +716,7 @@ impl Sandbox {
     }
 
     fn dedup(&self) -> Result<&DedupSnapshot, SandboxError> {
-        self.snapshot.as_dedup().ok_or_else(|| {
-            SandboxError::State(format!(
-                "snapshot {} keeps one archive, not generations: create the sandbox with a deduplicated remote snapshot (`--dedup`)",
-                self.state.snapshot.id
-            ))
-        })
+        dedup_of(self.snapshot.as_ref(), &self.state)
     }
 
     /// Makes the next [`start`](Sandbox::start) restore generation
@@ -1029,45 +1024,88 @@ impl SandboxClient {
         self.create_from(spec, None).await
     }
 
-    /// A new sandbox that starts from `source`'s current generation: its
-    /// first start restores that workspace, and its stops store only what
-    /// differs from it, sharing `source`'s chunks. `source` needs a
-    /// deduplicated snapshot with at least one generation; that generation
-    /// is pinned in the store, so `source`'s garbage collection keeps it.
-    /// The fork gets the same workspace manifest and snapshot store, a new
+    /// A new sandbox that starts from the current generation of the
+    /// sandbox whose state is `source`: its first start restores that
+    /// workspace, and its stops store only what differs from it, sharing
+    /// `source`'s chunks. `source` needs a deduplicated snapshot with at
+    /// least one generation; that generation is pinned in the store, so
+    /// `source`'s garbage collection keeps it. The fork gets the same
+    /// workspace manifest and snapshot store (bound from `source`, or from
+    /// `snapshot` if given, as in [`SandboxClient::resume`]), a new
     /// snapshot id, and runs on `backend` with `options`. Hold `source`'s
     /// lock (across processes, its [`StateLock`]) while forking.
     pub async fn fork(
         &self,
-        source: &Sandbox,
+        source: &SandboxState,
+        snapshot: Option<SnapshotSpec>,
         backend: BackendSpec,
         options: SandboxOptions,
     ) -> Result<Sandbox, SandboxError> {
-        let dedup = source.dedup()?;
+        let (bound, store) = self.bind_existing(source, snapshot).await?;
+        let dedup = dedup_of(bound.as_ref(), source)?;
         let keep = dedup.record().keep;
         let base = dedup.pin_head().await?;
-        // The store as the state names it (a plugin manifest), so the fork
-        // resumes from its own state; else the live client.
-        let store = match SnapshotSpec::from_state(&source.state.snapshot) {
-            Ok(SnapshotSpec::Dedup { store, .. }) => *store,
+        let store = match store {
+            SnapshotSpec::Dedup { store, .. } => *store,
+            SnapshotSpec::Remote { plugin } => SnapshotSpec::Remote { plugin },
             _ => SnapshotSpec::RemoteClient(dedup.client().clone()),
         };
         let previous = SnapshotState {
             kind: "remote".into(),
-            id: source.state.snapshot.id.clone(),
+            id: source.snapshot.id.clone(),
             base_dir: None,
-            plugin: source.state.snapshot.plugin.clone(),
+            plugin: source.snapshot.plugin.clone(),
             digest: Some(base.digest.clone()),
             size: Some(base.size),
             compression: None,
             persist_pending: false,
             dedup: Some(DedupRecord::forked_from(base, keep)),
         };
-        let spec = SandboxSpec::new(source.state.manifest.clone())
+        let spec = SandboxSpec::new(source.manifest.clone())
             .snapshot(store.deduplicated(keep))
             .backend(backend)
             .options(options);
         self.create_from(spec, Some(&previous)).await
+    }
+
+    /// Collects the garbage of the deduplicated snapshot of the sandbox
+    /// whose state is `state` (see [`Sandbox::collect_garbage`]) without
+    /// reaching its backend; returns what was (or, with `dry_run`, would
+    /// be) deleted and the state to save. Hold the sandbox's lock.
+    pub async fn collect_garbage(
+        &self,
+        state: &SandboxState,
+        snapshot: Option<SnapshotSpec>,
+        dry_run: bool,
+    ) -> Result<(GcReport, SandboxState), SandboxError> {
+        let (bound, _) = self.bind_existing(state, snapshot).await?;
+        let dedup = dedup_of(bound.as_ref(), state)?;
+        let report = dedup.collect_garbage(dry_run).await?;
+        let mut state = state.clone();
+        state.snapshot.dedup = Some(dedup.record());
+        Ok((report, state))
+    }
+
+    /// The snapshot of an existing sandbox, bound from `snapshot` or its
+    /// state, with the spec it was bound from.
+    async fn bind_existing(
+        &self,
+        state: &SandboxState,
+        snapshot: Option<SnapshotSpec>,
+    ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotSpec), SandboxError> {
+        let spec = match snapshot {
+            Some(s) => s,
+            None => SnapshotSpec::from_state(&state.snapshot)?,
+        };
+        let (bound, _) = snapshot_binding::bind(
+            &spec,
+            state.snapshot.id.clone(),
+            self.plugin_host().await?,
+            Some(&state.snapshot),
+            self.pack_cache.as_ref(),
+        )
+        .await?;
+        Ok((bound, spec))
     }
 
     /// [`SandboxClient::create`], with a snapshot that continues
@@ -1205,6 +1243,19 @@ impl SandboxClient {
         state.snapshot = snap_state;
         Ok(Sandbox::new(state, backend, snap, options))
     }
+}
+
+/// `snapshot` as a deduplicated snapshot, or why it is not one.
+fn dedup_of<'a>(
+    snapshot: &'a dyn SandboxSnapshot,
+    state: &SandboxState,
+) -> Result<&'a DedupSnapshot, SandboxError> {
+    snapshot.as_dedup().ok_or_else(|| {
+        SandboxError::State(format!(
+            "snapshot {} keeps one archive, not generations: create the sandbox with a deduplicated remote snapshot (`berth create --snapshot remote:MANIFEST --dedup`)",
+            state.snapshot.id
+        ))
+    })
 }
 
 fn new_session_id() -> String {
