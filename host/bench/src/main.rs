@@ -32,12 +32,19 @@ pub struct BenchArgs {
     /// Repetitions per measurement (default 3; --quick 1).
     #[arg(long)]
     runs: Option<usize>,
+    /// Run only these groups (repeatable): persist (persist, restore and
+    /// memory), dedup, plugins, docker, s3. By default, all.
+    #[arg(long)]
+    only: Vec<String>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "bench-results.json")]
     out: PathBuf,
     /// Internal: measure peak RSS of one persist+restore of this size.
     #[arg(long, hide = true, value_parser = parse_size_arg)]
     rss_probe: Option<u64>,
+    /// Internal: the RSS probe uses a deduplicated snapshot.
+    #[arg(long, hide = true)]
+    rss_dedup: bool,
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -325,7 +332,7 @@ fn rss_peak_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn rss_probe(size: u64) -> anyhow::Result<ExitCode> {
+async fn rss_probe(size: u64, dedup: bool) -> anyhow::Result<ExitCode> {
     let base = tempfile::Builder::new().prefix("berth-rss-").tempdir()?;
     let src = base.path().join("ws");
     make_workspace(&src, size)?;
@@ -334,8 +341,12 @@ async fn rss_probe(size: u64) -> anyhow::Result<ExitCode> {
         .first()
         .filter(|(p, _)| p.manifest == "fs-store.toml")
         .context("fs-store not built: cargo xtask build-guests")?;
-    let client = SandboxClient::new(base.path().join("home"));
-    berth_roundtrip(&client, &src, snapshot_spec(plugin, manifest)).await?;
+    let client = SandboxClient::builder(base.path().join("home"))
+        .pack_cache(None)
+        .build();
+    let spec = snapshot_spec(plugin, manifest);
+    let spec = if dedup { spec.deduplicated(1) } else { spec };
+    berth_roundtrip(&client, &src, spec).await?;
     println!("{}", rss_peak_kib());
     Ok(ExitCode::SUCCESS)
 }
@@ -352,12 +363,13 @@ async fn sh(sb: &Sandbox, cmd: &str) -> anyhow::Result<()> {
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(size) = args.rss_probe {
-        return rss_probe(size).await;
+        return rss_probe(size, args.rss_dedup).await;
     }
     let size = args
         .size
         .unwrap_or(if args.quick { 32 << 20 } else { 1 << 30 });
     let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 });
+    let want = |group: &str| args.only.is_empty() || args.only.iter().any(|g| g == group);
     let base = tempfile::Builder::new().prefix("berth-bench-").tempdir()?;
     let src = base.path().join("ws");
     let bytes = make_workspace(&src, size)?;
@@ -378,7 +390,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     for (plugin, _) in &plugins {
         series.push((format!("wasm {}", plugin.label), vec![], vec![]));
     }
-    for _ in 0..runs {
+    for _ in 0..if want("persist") { runs } else { 0 } {
         for (i, s) in series.iter_mut().enumerate() {
             let (p, r) = match i {
                 0 => {
@@ -426,7 +438,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let tar_p = median(series[0].1.clone());
     let tar_r = median(series[0].2.clone());
-    for (name, p, r) in &series {
+    for (name, p, r) in series.iter().filter(|_| want("persist")) {
         let (mp, mr) = (median(p.clone()), median(r.clone()));
         rows.push(Row {
             group: "persist",
@@ -445,43 +457,81 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 
     // Peak RSS of a whole persist+restore through the fs-store plugin.
-    if plugins.iter().any(|(p, _)| p.manifest == "fs-store.toml") {
+    if want("persist") && plugins.iter().any(|(p, _)| p.manifest == "fs-store.toml") {
         let sizes: Vec<u64> = if args.quick {
             vec![16 << 20, 64 << 20]
         } else {
             vec![1 << 30, 4 << 30]
         };
         for s in sizes {
-            let exe = std::env::current_exe()?;
-            let out = Command::new(exe)
-                .args(["--rss-probe", &s.to_string()])
-                .stderr(Stdio::null())
-                .output()?;
-            let kib: u64 = String::from_utf8_lossy(&out.stdout)
-                .trim()
-                .parse()
-                .unwrap_or(0);
-            rows.push(Row::unpaired(
-                "memory",
-                format!("peak RSS, {} MiB workspace via fs-store", s >> 20),
-                format!("{:.1} MiB", kib as f64 / 1024.0),
-            ));
+            for dedup in [false, true] {
+                let exe = std::env::current_exe()?;
+                let mut probe = Command::new(exe);
+                probe.args(["--rss-probe", &s.to_string()]);
+                if dedup {
+                    probe.arg("--rss-dedup");
+                }
+                let out = probe.stderr(Stdio::null()).output()?;
+                let kib: u64 = String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse()
+                    .unwrap_or(0);
+                rows.push(Row::unpaired(
+                    "memory",
+                    format!(
+                        "peak RSS, {} MiB workspace via fs-store{}",
+                        s >> 20,
+                        if dedup { ", deduplicated" } else { "" }
+                    ),
+                    format!("{:.1} MiB", kib as f64 / 1024.0),
+                ));
+            }
         }
     }
 
+    // Deduplicated snapshots against whole-tar ones, through the fs-store
+    // and (when the Garage cluster is up) the s3-store.
+    if let Some((_, manifest)) = plugins
+        .iter()
+        .find(|(p, _)| want("dedup") && p.manifest == "fs-store.toml")
+    {
+        let store = SnapshotSpec::Remote {
+            plugin: manifest.clone(),
+        };
+        rows.append(&mut dedup_rows(base.path(), &src, "fs-store", store, runs).await?);
+    }
+    match s3_manifest(base.path(), "bench-dedup/") {
+        _ if !want("dedup") => {}
+        Ok(manifest) => {
+            let store = SnapshotSpec::Remote { plugin: manifest };
+            match dedup_rows(base.path(), &src, "s3-store", store, runs).await {
+                Ok(mut r) => rows.append(&mut r),
+                Err(e) => eprintln!("bench: S3 dedup rows skipped: {e:#}"),
+            }
+        }
+        Err(e) => eprintln!("bench: S3 dedup rows skipped: {e:#}"),
+    }
+
     // Plugins, per language: cold load, cached load, instantiate + call.
-    for (plugin, manifest) in plugins.iter().filter(|(p, _)| !p.snapshot_world) {
+    for (plugin, manifest) in plugins
+        .iter()
+        .filter(|(p, _)| want("plugins") && !p.snapshot_world)
+    {
         rows.append(&mut plugin_rows(plugin, manifest, base.path(), args.quick).await?);
     }
 
     // Docker: Berth over the API vs the docker CLI.
-    match docker_rows(&client, base.path(), runs, args.quick).await {
-        Ok(mut r) => rows.append(&mut r),
-        Err(e) => eprintln!("bench: Docker rows skipped: {e:#}"),
+    if want("docker") {
+        match docker_rows(&client, base.path(), runs, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: Docker rows skipped: {e:#}"),
+        }
     }
-    match s3_rows(base.path(), runs, args.quick).await {
-        Ok(mut r) => rows.append(&mut r),
-        Err(e) => eprintln!("bench: S3 rows skipped: {e:#}"),
+    if want("s3") {
+        match s3_rows(base.path(), runs, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: S3 rows skipped: {e:#}"),
+        }
     }
 
     println!(
@@ -754,7 +804,16 @@ async fn docker_rows(
 
 /// s3-store against boto3 on the same S3 store (the Garage cluster that
 /// `cargo xtask setup` starts, described by /tmp/berth-garage/s3.env).
-async fn s3_rows(base: &Path, runs: usize, quick: bool) -> anyhow::Result<Vec<Row>> {
+/// The Garage test cluster's credentials (from `cargo xtask setup`).
+struct S3Creds {
+    endpoint: String,
+    region: String,
+    bucket: String,
+    key: String,
+    secret: String,
+}
+
+fn s3_creds() -> anyhow::Result<S3Creds> {
     let text = std::fs::read_to_string("/tmp/berth-garage/s3.env")
         .context("no /tmp/berth-garage/s3.env")?;
     let env: std::collections::HashMap<&str, &str> =
@@ -764,13 +823,25 @@ async fn s3_rows(base: &Path, runs: usize, quick: bool) -> anyhow::Result<Vec<Ro
             .map(|v| v.to_string())
             .with_context(|| format!("{k} missing"))
     };
-    let (endpoint, region, bucket, key, secret) = (
-        get("BERTH_S3_ENDPOINT")?,
-        get("BERTH_S3_REGION")?,
-        get("BERTH_S3_BUCKET")?,
-        get("BERTH_S3_ACCESS_KEY_ID")?,
-        get("BERTH_S3_SECRET_ACCESS_KEY")?,
-    );
+    Ok(S3Creds {
+        endpoint: get("BERTH_S3_ENDPOINT")?,
+        region: get("BERTH_S3_REGION")?,
+        bucket: get("BERTH_S3_BUCKET")?,
+        key: get("BERTH_S3_ACCESS_KEY_ID")?,
+        secret: get("BERTH_S3_SECRET_ACCESS_KEY")?,
+    })
+}
+
+/// Writes an s3-store manifest for the Garage cluster, objects under
+/// `prefix`.
+fn s3_manifest(base: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
+    let S3Creds {
+        endpoint,
+        region,
+        bucket,
+        key,
+        secret,
+    } = s3_creds()?;
     let component = std::path::absolute(guest_table::component_path(
         &std::env::current_dir()?,
         &guest_table::guest(&std::env::current_dir()?, "s3-store").map_err(anyhow::Error::msg)?,
@@ -778,15 +849,27 @@ async fn s3_rows(base: &Path, runs: usize, quick: bool) -> anyhow::Result<Vec<Ro
     if !component.is_file() {
         bail!("s3-store is not built");
     }
-    let manifest = base.join("s3-store.toml");
+    let manifest = base.join(format!("s3-store-{}.toml", prefix.trim_end_matches('/')));
     std::fs::write(
         &manifest,
         format!(
             "component = {component:?}\nworld = 'remote-client-plugin'\n[config]\nendpoint = {endpoint:?}\nregion = {region:?}\n\
-             bucket = {bucket:?}\nprefix = 'bench/'\naccess_key_id = {key:?}\nsecret_access_key = {secret:?}\n\
+             bucket = {bucket:?}\nprefix = {prefix:?}\naccess_key_id = {key:?}\nsecret_access_key = {secret:?}\n\
              [grants]\nmax_memory = '64MiB'\ndeadline_secs = 1800\nwall_clock = true\nhttp_hosts = [{endpoint:?}]\n"
         ),
     )?;
+    Ok(manifest)
+}
+
+async fn s3_rows(base: &Path, runs: usize, quick: bool) -> anyhow::Result<Vec<Row>> {
+    let manifest = s3_manifest(base, "bench/")?;
+    let S3Creds {
+        endpoint,
+        region,
+        bucket,
+        key,
+        secret,
+    } = s3_creds()?;
     let client = PluginHost::new()?
         .load_file(&manifest)
         .await?
@@ -861,4 +944,196 @@ print(up, down)
             ratio: Some(od / bd),
         },
     ])
+}
+
+/// The state of a sandbox whose workspace is `src`, moved to a fresh root
+/// (where a restore goes).
+fn moved_to(
+    state: &berth::sandbox::SandboxState,
+    root: &Path,
+) -> anyhow::Result<berth::sandbox::SandboxState> {
+    let mut moved = state.clone();
+    let mut local: LocalState = moved.backend.decode()?;
+    local.root_dir = root.to_path_buf();
+    local.owned = true;
+    moved.backend = BackendState::encode(berth::backend::local::KIND, &local)?;
+    Ok(moved)
+}
+
+/// Writes dirty pages out, so one measurement does not pay for the
+/// previous one's writeback (on this VM's disk that swings a 1 GiB
+/// restore between 4 and 15 s).
+fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
+/// Times a restore of `state`'s snapshot into a fresh root.
+async fn timed_restore(
+    client: &SandboxClient,
+    state: &berth::sandbox::SandboxState,
+    root: &Path,
+) -> anyhow::Result<f64> {
+    drop_dir(root);
+    let mut sb = client
+        .resume(moved_to(state, root)?, None, SandboxOptions::default())
+        .await?;
+    settle();
+    let t = Instant::now();
+    sb.start().await?;
+    let secs = t.elapsed().as_secs_f64();
+    sb.shutdown().await?;
+    Ok(secs)
+}
+
+/// A local sandbox over the workspace `src` (never shut down: `src` stays).
+async fn sandbox_over(
+    client: &SandboxClient,
+    src: &Path,
+    snapshot: SnapshotSpec,
+) -> anyhow::Result<Sandbox> {
+    let mut sb = client
+        .create(
+            SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(snapshot)
+                .backend(BackendSpec::Local {
+                    root_dir: Some(src.to_path_buf()),
+                }),
+        )
+        .await?;
+    sb.start().await?;
+    Ok(sb)
+}
+
+/// Rewrites `n` small files with new content (`total` bytes in all).
+fn touch_small_files(src: &Path, n: u64, total: u64, seed: u64) -> anyhow::Result<()> {
+    let each = (total / n) as usize;
+    let mut buf = vec![0u8; each];
+    for i in 0..n {
+        fill(&mut buf, seed * 1000 + i);
+        buf[0] = b'0' + (seed % 10) as u8;
+        std::fs::write(src.join(format!("src/d{:03}/f{i}.txt", i % 200)), &buf)?;
+    }
+    Ok(())
+}
+
+/// Deduplicated stops against whole-tar stops through the same store, on
+/// the bench workspace: the first (full) stop, then (a) no change, (b)
+/// 1 MiB appended to a large file, (c) 1 MiB over 50 small files, (d) a
+/// new 100 MiB file; and restores, without and with the host's pack cache.
+async fn dedup_rows(
+    base: &Path,
+    src: &Path,
+    label: &str,
+    store: SnapshotSpec,
+    runs: usize,
+) -> anyhow::Result<Vec<Row>> {
+    let home = base.join(format!("dedup-home-{label}"));
+    let uncached = SandboxClient::builder(&home).pack_cache(None).build();
+    let cached = SandboxClient::builder(&home)
+        .pack_cache(Some(berth::snapshot::PackCache::new(
+            base.join(format!("pack-cache-{label}")),
+            8 << 30,
+        )))
+        .build();
+    let restore_root = base.join("dedup-restored");
+    let scenarios = [
+        "first full stop",
+        "(a) no change",
+        "(b) 1 MiB appended to a large file",
+        "(c) 1 MiB over 50 small files",
+        "(d) a new 100 MiB file",
+    ];
+    let mut whole_stop = vec![];
+    let mut whole_restore = vec![];
+    let mut stops: Vec<Vec<(f64, u64, u64)>> = vec![vec![]; scenarios.len()];
+    let mut restores = vec![];
+    let mut cached_restores = vec![];
+    for run in 0..runs {
+        // A: today's whole-tar snapshot through the same store.
+        let mut whole = sandbox_over(&uncached, src, store.clone()).await?;
+        settle();
+        let t = Instant::now();
+        whole.stop().await?;
+        whole_stop.push(t.elapsed().as_secs_f64());
+        whole_restore.push(timed_restore(&uncached, &whole.state(), &restore_root).await?);
+
+        // B: the deduplicated one, new each run (so its first stop is full).
+        let client = if run == 0 { &cached } else { &uncached };
+        let mut dedup = sandbox_over(client, src, store.clone().deduplicated(1)).await?;
+        for (i, _) in scenarios.iter().enumerate() {
+            match i {
+                2 => {
+                    let mut f = std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(src.join("large0.bin"))?;
+                    let mut chunk = vec![0u8; 1 << 20];
+                    fill(&mut chunk, 77 + run as u64);
+                    std::io::Write::write_all(&mut f, &chunk)?;
+                }
+                3 => touch_small_files(src, 50, 1 << 20, run as u64 + 1)?,
+                4 => {
+                    let mut f = std::fs::File::create(src.join("new100.bin"))?;
+                    let mut chunk = vec![0u8; 1 << 20];
+                    for n in 0..100 {
+                        fill(&mut chunk, 5000 + run as u64 * 100 + n);
+                        std::io::Write::write_all(&mut f, &chunk)?;
+                    }
+                }
+                _ => {}
+            }
+            settle();
+            let t = Instant::now();
+            dedup.stop().await?;
+            let secs = t.elapsed().as_secs_f64();
+            let stats = dedup
+                .state()
+                .snapshot
+                .dedup
+                .and_then(|d| d.last_stop)
+                .context("a deduplicated stop records its stats")?;
+            stops[i].push((secs, stats.uploaded_bytes, stats.upload_calls));
+        }
+        if run == 0 {
+            // Same host, packs in the cache since the stops.
+            cached_restores.push(timed_restore(&cached, &dedup.state(), &restore_root).await?);
+        }
+        restores.push(timed_restore(&uncached, &dedup.state(), &restore_root).await?);
+        let _ = std::fs::remove_file(src.join("new100.bin"));
+    }
+    let ws = median(whole_stop);
+    let wr = median(whole_restore);
+    let mut rows = Vec::new();
+    for (i, name) in scenarios.iter().enumerate() {
+        let secs = median(stops[i].iter().map(|s| s.0).collect());
+        let bytes = median(stops[i].iter().map(|s| s.1 as f64).collect());
+        let calls = median(stops[i].iter().map(|s| s.2 as f64).collect());
+        rows.push(Row {
+            group: "dedup",
+            name: format!("{label}: stop, {name}"),
+            value: format!(
+                "{secs:.2}s, {:.2} MiB in {calls:.0} uploads",
+                bytes / (1 << 20) as f64
+            ),
+            baseline: format!("whole tar {ws:.2}s"),
+            ratio: Some(secs / ws),
+        });
+    }
+    let r = median(restores);
+    rows.push(Row {
+        group: "dedup",
+        name: format!("{label}: restore (no pack cache)"),
+        value: format!("{r:.2}s"),
+        baseline: format!("whole tar {wr:.2}s"),
+        ratio: Some(r / wr),
+    });
+    let c = median(cached_restores);
+    rows.push(Row {
+        group: "dedup",
+        name: format!("{label}: restore from this host's pack cache"),
+        value: format!("{c:.2}s"),
+        baseline: format!("whole tar {wr:.2}s"),
+        ratio: Some(c / wr),
+    });
+    Ok(rows)
 }

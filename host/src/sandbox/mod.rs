@@ -693,12 +693,30 @@ impl Sandbox {
         } else {
             tar
         };
-        let (sealed, seal) = sealing::HashingReader::new(stored);
+        // A deduplicated snapshot digests the archive itself (in parallel
+        // with chunking); hashing it here too would cost a pass.
+        let dedup = self.snapshot.as_dedup();
+        let (sealed, seal) = match dedup {
+            Some(_) => sealing::HashingReader::counting(stored),
+            None => sealing::HashingReader::new(stored),
+        };
         let mut sealed = sealed.with_progress(self.options.progress.clone(), "persist");
         self.snapshot.persist(&mut sealed).await?;
-        let seal = seal.lock().ok().and_then(|s| s.clone()).ok_or_else(|| {
+        let mut seal = seal.lock().ok().and_then(|s| s.clone()).ok_or_else(|| {
             SandboxError::State("the snapshot did not read the archive to its end".into())
         })?;
+        if let Some(dedup) = dedup {
+            let record = dedup.record();
+            let head = record
+                .head()
+                .filter(|g| g.size == seal.size)
+                .ok_or_else(|| {
+                    SandboxError::State(
+                        "the deduplicated snapshot did not record the archive it stored".into(),
+                    )
+                })?;
+            seal.digest = head.digest.clone();
+        }
         Ok(seal)
     }
 

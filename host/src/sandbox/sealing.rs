@@ -28,6 +28,8 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 enum SealHasher {
     Blake3(Box<blake3::Hasher>),
     Sha256(sha2::Sha256),
+    /// Counting only (the snapshot digests the archive itself).
+    Off,
 }
 
 impl SealHasher {
@@ -51,6 +53,7 @@ impl SealHasher {
                 h.update(bytes);
             }
             SealHasher::Sha256(h) => h.update(bytes),
+            SealHasher::Off => {}
         }
     }
 
@@ -58,6 +61,7 @@ impl SealHasher {
         match self {
             SealHasher::Blake3(h) => format!("blake3:{}", h.finalize().to_hex()),
             SealHasher::Sha256(h) => format!("sha256:{}", hex::encode(h.clone().finalize())),
+            SealHasher::Off => String::new(),
         }
     }
 }
@@ -123,6 +127,14 @@ impl<R> HashingReader<R> {
             },
             out,
         )
+    }
+
+    /// Counts (and reports progress) without hashing: for snapshots that
+    /// digest the archive themselves. The seal's digest is empty.
+    pub fn counting(inner: R) -> (Self, Arc<Mutex<Option<Seal>>>) {
+        let (mut reader, out) = Self::new(inner);
+        reader.tally.hasher = SealHasher::Off;
+        (reader, out)
     }
 
     /// Reports the byte count to `progress` as the stream moves.

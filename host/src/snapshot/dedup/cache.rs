@@ -6,7 +6,7 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use super::format::names;
+use super::format::{names, read_pack_table};
 
 /// BLAKE3 of a file's content.
 pub(super) fn hash_file(path: &Path) -> io::Result<blake3::Hash> {
@@ -75,13 +75,14 @@ impl PackCache {
         self.dir.join(name)
     }
 
-    /// The cached pack `name`, if present and intact (the check reads it
-    /// once); a damaged copy is removed.
+    /// The cached pack `name`, if present and whole: its trailer and table
+    /// read back and add up to its size (its chunks are checked against
+    /// their ids as they are read); a damaged copy is removed.
     pub(super) fn lookup(&self, name: &str) -> Option<PathBuf> {
         let path = self.path(name);
-        let (_, expected) = names::parse_pack(name)?;
-        let actual = hash_file(&path).ok()?;
-        if actual.to_hex().as_str() != expected {
+        names::parse_pack(name)?;
+        let mut file = std::fs::File::open(&path).ok()?;
+        if read_pack_table(&mut file).is_err() {
             tracing::warn!(pack = name, "a cached pack was damaged; removed it");
             let _ = std::fs::remove_file(&path);
             return None;
@@ -135,12 +136,17 @@ mod tests {
     #[test]
     fn damaged_packs_are_dropped_and_the_cap_holds() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = PackCache::new(dir.path(), 2500);
+        let cache = PackCache::new(dir.path(), 2100);
         cache.ensure_dir().unwrap();
         let mut names_in = Vec::new();
         for i in 0..3u8 {
-            let bytes = vec![i; 1000];
-            let name = names::pack("0123456789abcdef", &blake3::hash(&bytes));
+            let chunk = vec![i; 900];
+            let mut w = super::super::format::PackWriter::new(Vec::new());
+            let id = *blake3::hash(&chunk).as_bytes();
+            w.add(id, 900, &chunk, super::super::format::Codec::Raw)
+                .unwrap();
+            let (bytes, hash, _) = w.finish().unwrap();
+            let name = names::pack("0123456789abcdef", &hash);
             let tmp = tempfile::NamedTempFile::new_in(dir.path()).unwrap();
             std::fs::write(tmp.path(), &bytes).unwrap();
             cache.admit(tmp.into_temp_path(), &name).unwrap();
@@ -151,7 +157,7 @@ mod tests {
         cache.trim();
         assert!(cache.lookup(&names_in[0]).is_none(), "oldest evicted");
         assert!(cache.lookup(&names_in[1]).is_some());
-        std::fs::write(dir.path().join(&names_in[2]), b"tampered").unwrap();
+        std::fs::write(dir.path().join(&names_in[2]), b"truncated").unwrap();
         assert!(cache.lookup(&names_in[2]).is_none());
         assert!(!dir.path().join(&names_in[2]).exists());
     }

@@ -195,11 +195,8 @@ impl<W: Write> PackWriter<W> {
     }
 }
 
-/// Reads a pack's chunk table (to rebuild an index from packs, or to check
-/// a pack): the chunks in order with their locations. Nothing in Berth
-/// needs it yet (indexes are never lost without their packs); it keeps the
-/// format honest and is tested against the writer.
-#[allow(dead_code)]
+/// Reads a pack's chunk table (to check a cached pack is whole, or to
+/// rebuild an index from packs): the chunks in order with their locations.
 pub fn read_pack_table<R: Read + Seek>(
     pack: &mut R,
 ) -> Result<Vec<(ChunkId, ChunkLocation)>, FormatError> {

@@ -54,7 +54,6 @@ struct Packer {
     open: Option<(PackWriter<BufWriter<std::fs::File>>, tempfile::TempPath)>,
     spool: PathBuf,
     entries: Vec<IndexEntry>,
-    tar: blake3::Hasher,
     tar_size: u64,
     new_chunks: u64,
     new_bytes: u64,
@@ -69,7 +68,6 @@ impl Packer {
     fn run(mut self, mut input: mpsc::Receiver<Vec<u8>>) -> Result<Packed, StoreError> {
         let mut chunker = Chunker::new(self.chunker_params);
         while let Some(piece) = input.blocking_recv() {
-            self.tar.update(&piece);
             self.tar_size += piece.len() as u64;
             chunker.push(&piece, &mut |c| self.chunk(c))?;
         }
@@ -80,7 +78,7 @@ impl Packer {
             entries: self.entries,
             packs: self.packs,
             tar_size: self.tar_size,
-            tar_digest: format!("blake3:{}", self.tar.finalize().to_hex()),
+            tar_digest: String::new(),
             new_chunks: self.new_chunks,
             new_bytes: self.new_bytes,
         })
@@ -213,7 +211,6 @@ impl DedupSnapshot {
             open: None,
             spool,
             entries: Vec::new(),
-            tar: blake3::Hasher::new(),
             tar_size: 0,
             new_chunks: 0,
             new_bytes: 0,
@@ -221,7 +218,10 @@ impl DedupSnapshot {
         };
         let packing = tokio::task::spawn_blocking(move || packer.run(piece_rx));
 
+        // The tar's digest is taken here, in parallel with the packer's
+        // chunking and hashing.
         let read = async move {
+            let mut tar = blake3::Hasher::new();
             loop {
                 let mut piece = Vec::with_capacity(READ_PIECE);
                 let n = (&mut *archive)
@@ -230,11 +230,12 @@ impl DedupSnapshot {
                     .await
                     .map_err(StoreError::Source)?;
                 if n == 0 {
-                    return Ok::<(), StoreError>(());
+                    return Ok::<String, StoreError>(format!("blake3:{}", tar.finalize().to_hex()));
                 }
+                tar.update(&piece);
                 if piece_tx.send(piece).await.is_err() {
                     // The packer stopped; its error says why.
-                    return Ok(());
+                    return Ok(String::new());
                 }
             }
         };
@@ -276,7 +277,8 @@ impl DedupSnapshot {
                 source: std::io::Error::other(e.to_string()),
             })?
         };
-        let ((), mut up, packed) = tokio::try_join!(read, upload, packed)?;
+        let (tar_digest, mut up, mut packed) = tokio::try_join!(read, upload, packed)?;
+        packed.tar_digest = tar_digest;
 
         let index = build_index(self, number, parent.as_ref().map(|p| &p.0), packed);
         let index_id = names::index(self.id.as_str(), number);

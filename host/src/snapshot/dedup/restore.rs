@@ -9,9 +9,10 @@ use std::path::PathBuf;
 
 use futures::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 use super::cache::hash_file;
-use super::format::{decode_chunk, names, MAX_PACK_BYTES};
+use super::format::{decode_chunk, names, Index, MAX_PACK_BYTES};
 use super::record::Generation;
 use super::{is_not_found, DedupSnapshot};
 use crate::capped_writer::CappedWriter;
@@ -20,9 +21,68 @@ use crate::store_error::{FormatError, StoreError};
 /// Pack downloads in flight during a restore.
 const PACKS_IN_FLIGHT: usize = 3;
 
+/// The decoding stage: every chunk of the index, in order, read from its
+/// pack as the packs arrive, checked against its id and sent on; returns
+/// the tar's digest. A chunk that fails its check in a cached pack removes
+/// that pack from the cache (a retry downloads it).
+fn decode_all(
+    index: &Index,
+    mut packs: mpsc::Receiver<(u32, LocalPack)>,
+    out: mpsc::Sender<Vec<u8>>,
+) -> Result<String, StoreError> {
+    let mut ready: HashMap<u32, (std::fs::File, LocalPack)> = HashMap::new();
+    let mut tar = blake3::Hasher::new();
+    let mut stored = Vec::new();
+    for entry in &index.entries {
+        while !ready.contains_key(&entry.pack) {
+            let Some((n, pack)) = packs.blocking_recv() else {
+                // The fetcher stopped; its error says why.
+                return Ok(String::new());
+            };
+            let file = std::fs::File::open(&pack.path).map_err(|source| StoreError::Local {
+                what: "opening a downloaded pack",
+                source,
+            })?;
+            ready.insert(n, (file, pack));
+        }
+        let Some((file, pack)) = ready.get(&entry.pack) else {
+            continue;
+        };
+        let pack_name = &index.header.packs[entry.pack as usize];
+        let damaged = |source| {
+            if pack.cached {
+                tracing::warn!(pack = %pack_name, "a cached pack is damaged; removed it from the cache");
+                let _ = std::fs::remove_file(&pack.path);
+            }
+            StoreError::Format {
+                object: pack_name.clone(),
+                source,
+            }
+        };
+        stored.resize(entry.location.stored_len as usize, 0);
+        file.read_exact_at(&mut stored, entry.location.offset)
+            .map_err(|_| {
+                damaged(FormatError::Malformed {
+                    kind: "pack",
+                    why: "a chunk the index names lies past its end".into(),
+                })
+            })?;
+        let raw = decode_chunk(&entry.chunk, &entry.location, &stored).map_err(damaged)?;
+        tar.update(&raw);
+        if out.blocking_send(raw).is_err() {
+            // The writer stopped; its error says why.
+            return Ok(String::new());
+        }
+    }
+    Ok(format!("blake3:{}", tar.finalize().to_hex()))
+}
+
 /// A pack on local disk for the length of a restore.
 struct LocalPack {
     path: PathBuf,
+    /// It came from the cache (checked by size and trailer only; its
+    /// chunks are checked as they are read).
+    cached: bool,
     /// Removed when the restore ends, unless the pack went to the cache.
     _temp: Option<tempfile::TempPath>,
 }
@@ -76,58 +136,46 @@ impl DedupSnapshot {
                 generation.digest, generation.size, index.header.tar_digest, index.header.tar_size
             ))));
         }
-        let order = index.packs_in_use();
-        let wanted: Vec<(u32, String)> = order
-            .iter()
-            .map(|p| (*p, index.header.packs[*p as usize].clone()))
+        // Three stages at once: packs are fetched (a few in flight), chunks
+        // decoded and checked on a blocking thread, and written out here.
+        let wanted: Vec<(u32, String)> = index
+            .packs_in_use()
+            .into_iter()
+            .map(|p| (p, index.header.packs[p as usize].clone()))
             .collect();
-        let mut fetches = futures::stream::iter(
-            wanted
-                .into_iter()
-                .map(|(p, name)| async move { self.fetch_pack(&name).await.map(|l| (p, l)) }),
-        )
-        .buffered(PACKS_IN_FLIGHT);
-        let mut ready: HashMap<u32, (std::fs::File, LocalPack)> = HashMap::new();
-        let mut tar = blake3::Hasher::new();
-        let mut stored = Vec::new();
-        for entry in &index.entries {
-            while !ready.contains_key(&entry.pack) {
-                let Some(fetched) = fetches.next().await else {
-                    return Err(format_error(FormatError::Malformed {
-                        kind: "index",
-                        why: "an entry's pack was never fetched".into(),
-                    }));
-                };
-                let (n, pack) = fetched?;
-                let file = std::fs::File::open(&pack.path).map_err(|source| StoreError::Local {
-                    what: "opening a downloaded pack",
-                    source,
-                })?;
-                ready.insert(n, (file, pack));
-            }
-            let Some((file, _)) = ready.get(&entry.pack) else {
-                continue;
-            };
-            let pack_name = &index.header.packs[entry.pack as usize];
-            stored.resize(entry.location.stored_len as usize, 0);
-            file.read_exact_at(&mut stored, entry.location.offset)
-                .map_err(|_| StoreError::Format {
-                    object: pack_name.clone(),
-                    source: FormatError::Malformed {
-                        kind: "pack",
-                        why: "a chunk the index names lies past its end".into(),
-                    },
-                })?;
-            let raw = decode_chunk(&entry.chunk, &entry.location, &stored).map_err(|source| {
-                StoreError::Format {
-                    object: pack_name.clone(),
-                    source,
+        let (pack_tx, pack_rx) = mpsc::channel::<(u32, LocalPack)>(PACKS_IN_FLIGHT);
+        let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<u8>>(8);
+        let fetch = async move {
+            let mut fetches = futures::stream::iter(
+                wanted
+                    .into_iter()
+                    .map(|(p, name)| async move { self.fetch_pack(&name).await.map(|l| (p, l)) }),
+            )
+            .buffered(PACKS_IN_FLIGHT);
+            while let Some(fetched) = fetches.next().await {
+                if pack_tx.send(fetched?).await.is_err() {
+                    break; // the decoder stopped; its error says why
                 }
-            })?;
-            tar.update(&raw);
-            sink.write_all(&raw).await.map_err(StoreError::Sink)?;
-        }
-        let digest = format!("blake3:{}", tar.finalize().to_hex());
+            }
+            Ok::<(), StoreError>(())
+        };
+        let decoding = {
+            let index = index.clone();
+            tokio::task::spawn_blocking(move || decode_all(&index, pack_rx, raw_tx))
+        };
+        let decode = async {
+            decoding.await.map_err(|e| StoreError::Local {
+                what: "decoding chunks",
+                source: std::io::Error::other(e.to_string()),
+            })?
+        };
+        let write = async {
+            while let Some(raw) = raw_rx.recv().await {
+                sink.write_all(&raw).await.map_err(StoreError::Sink)?;
+            }
+            Ok::<(), StoreError>(())
+        };
+        let ((), digest, ()) = tokio::try_join!(fetch, decode, write)?;
         if digest != index.header.tar_digest {
             return Err(format_error(FormatError::Archive(format!(
                 "reassembled {digest}, the index says {}",
@@ -162,7 +210,11 @@ impl DedupSnapshot {
             let lookup = name.to_string();
             if let Ok(Some(path)) = tokio::task::spawn_blocking(move || cache.lookup(&lookup)).await
             {
-                return Ok(LocalPack { path, _temp: None });
+                return Ok(LocalPack {
+                    path,
+                    cached: true,
+                    _temp: None,
+                });
             }
         }
         let spool = self.spool_dir()?;
@@ -218,7 +270,11 @@ impl DedupSnapshot {
         }
         match &self.options.cache {
             Some(cache) => match cache.admit(temp, name) {
-                Ok(path) => Ok(LocalPack { path, _temp: None }),
+                Ok(path) => Ok(LocalPack {
+                    path,
+                    cached: false,
+                    _temp: None,
+                }),
                 Err(e) => Err(StoreError::Local {
                     what: "keeping a downloaded pack",
                     source: e,
@@ -226,6 +282,7 @@ impl DedupSnapshot {
             },
             None => Ok(LocalPack {
                 path: temp.to_path_buf(),
+                cached: false,
                 _temp: Some(temp),
             }),
         }
