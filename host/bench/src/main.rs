@@ -498,13 +498,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         let store = SnapshotSpec::Remote {
             plugin: manifest.clone(),
         };
-        rows.append(&mut dedup_rows(base.path(), &src, "fs-store", store, runs).await?);
+        rows.append(&mut dedup_rows(base.path(), &src, "fs-store", store, runs, args.quick).await?);
     }
     match s3_manifest(base.path(), "bench-dedup/") {
         _ if !want("dedup") => {}
         Ok(manifest) => {
             let store = SnapshotSpec::Remote { plugin: manifest };
-            match dedup_rows(base.path(), &src, "s3-store", store, runs).await {
+            match dedup_rows(base.path(), &src, "s3-store", store, runs, args.quick).await {
                 Ok(mut r) => rows.append(&mut r),
                 Err(e) => eprintln!("bench: S3 dedup rows skipped: {e:#}"),
             }
@@ -1027,7 +1027,9 @@ async fn dedup_rows(
     label: &str,
     store: SnapshotSpec,
     runs: usize,
+    quick: bool,
 ) -> anyhow::Result<Vec<Row>> {
+    let new_file_mib = if quick { 4 } else { 100 };
     let home = base.join(format!("dedup-home-{label}"));
     let uncached = SandboxClient::builder(&home).pack_cache(None).build();
     let cached = SandboxClient::builder(&home)
@@ -1042,7 +1044,11 @@ async fn dedup_rows(
         "(a) no change",
         "(b) 1 MiB appended to a large file",
         "(c) 1 MiB over 50 small files",
-        "(d) a new 100 MiB file",
+        if quick {
+            "(d) a new 4 MiB file"
+        } else {
+            "(d) a new 100 MiB file"
+        },
     ];
     let mut whole_stop = vec![];
     let mut whole_restore = vec![];
@@ -1075,7 +1081,7 @@ async fn dedup_rows(
                 4 => {
                     let mut f = std::fs::File::create(src.join("new100.bin"))?;
                     let mut chunk = vec![0u8; 1 << 20];
-                    for n in 0..100 {
+                    for n in 0..new_file_mib {
                         fill(&mut chunk, 5000 + run as u64 * 100 + n);
                         std::io::Write::write_all(&mut f, &chunk)?;
                     }

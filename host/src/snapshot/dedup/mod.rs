@@ -20,6 +20,8 @@ mod gc;
 mod persist;
 mod record;
 mod restore;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -190,11 +190,28 @@ impl DedupSnapshot {
     ) -> Result<(), StoreError> {
         let parent = self.parent().await;
         let mut known = HashMap::new();
-        let mut packs = Vec::new();
-        if let Some((_, index)) = &parent {
-            packs = index.header.packs.clone();
+        let mut packs: Vec<String> = Vec::new();
+        let mut learn = |index: &Index| {
+            let offset = packs.len() as u32;
+            packs.extend(index.header.packs.iter().cloned());
             for e in &index.entries {
-                known.insert(e.chunk, (e.pack, e.location));
+                known
+                    .entry(e.chunk)
+                    .or_insert((e.pack + offset, e.location));
+            }
+        };
+        if let Some((_, index)) = &parent {
+            learn(index);
+        }
+        // A fork also deduplicates against its base, whatever its own
+        // generations dropped since.
+        let base = self.record().base.clone();
+        if let Some(base) = base.filter(|b| parent.as_ref().is_none_or(|(p, _)| p.index != b.index))
+        {
+            match self.index(&base.index).await {
+                Ok(index) => learn(&index),
+                Err(e) => tracing::warn!(index = %base.index, error = %e,
+                    "the fork's base index is unusable; not deduplicating against it"),
             }
         }
         let number = self.record().next_number();
@@ -347,14 +364,19 @@ fn build_index(
     parent: Option<&Generation>,
     packed: Packed,
 ) -> (Index, Counts) {
+    // Renumbered to the packs the entries use, each name once.
     let mut renumber: Vec<Option<u32>> = vec![None; packed.packs.len()];
+    let mut by_name: HashMap<String, u32> = HashMap::new();
     let mut packs = Vec::new();
     let mut entries = packed.entries;
     for e in &mut entries {
         let slot = &mut renumber[e.pack as usize];
         let n = *slot.get_or_insert_with(|| {
-            packs.push(packed.packs[e.pack as usize].clone());
-            (packs.len() - 1) as u32
+            let name = &packed.packs[e.pack as usize];
+            *by_name.entry(name.clone()).or_insert_with(|| {
+                packs.push(name.clone());
+                (packs.len() - 1) as u32
+            })
         });
         e.pack = n;
     }

@@ -1,0 +1,211 @@
+//! The dedup snapshot's rules over the native directory store (the Wasm
+//! stores are exercised in `tests/dedup.rs`).
+
+use std::sync::Arc;
+
+use super::*;
+use crate::remote_client::DirRemoteClient;
+use crate::snapshot::RemoteSnapshot;
+
+fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        b.append_data(&mut h, name, *data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+fn big(seed: u8, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    let mut h = blake3::Hasher::new();
+    h.update(&[seed]);
+    let mut reader = h.finalize_xof();
+    out.resize(len, 0);
+    reader.fill(&mut out);
+    out
+}
+
+fn store(dir: &std::path::Path) -> Arc<dyn RemoteSnapshotClient> {
+    Arc::new(DirRemoteClient::new(dir).unwrap())
+}
+
+fn id(s: &str) -> SnapshotId {
+    SnapshotId::parse(s).unwrap()
+}
+
+async fn restored(snapshot: &DedupSnapshot) -> Vec<u8> {
+    let mut out = Vec::new();
+    snapshot.restore(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_whole_archive_snapshot_restores_until_the_first_deduplicated_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let old = tar_of(&[("a", b"whole")]);
+    RemoteSnapshot::new(id("s"), client.clone())
+        .persist(&mut &old[..])
+        .await
+        .unwrap();
+    let dedup = DedupSnapshot::new(id("s"), client, DedupOptions::default());
+    assert!(dedup.is_restorable().await.unwrap());
+    assert_eq!(restored(&dedup).await, old);
+    let new = tar_of(&[("a", b"deduplicated")]);
+    dedup.persist(&mut &new[..]).await.unwrap();
+    assert_eq!(restored(&dedup).await, new);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_adopts_the_generation_an_interrupted_stop_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let writer = DedupSnapshot::new(id("s"), client.clone(), DedupOptions::default());
+    let one = tar_of(&[("a", &big(1, 300_000))]);
+    writer.persist(&mut &one[..]).await.unwrap();
+    let after_one = writer.record();
+    let two = tar_of(&[("a", &big(2, 300_000))]);
+    writer.persist(&mut &two[..]).await.unwrap();
+    // The state was last saved after generation 1, with the stop of
+    // generation 2 pending.
+    let interrupted = DedupSnapshot::resume(
+        id("s"),
+        client.clone(),
+        after_one.clone(),
+        true,
+        DedupOptions::default(),
+    );
+    assert_eq!(restored(&interrupted).await, two);
+    assert_eq!(interrupted.record().current, Some(2));
+    // Not interrupted: the recorded generation is what is restored, and
+    // it is gone (collected), so the restore fails rather than guess.
+    let stale = DedupSnapshot::resume(id("s"), client, after_one, false, DedupOptions::default());
+    let mut sink = Vec::new();
+    assert!(stale.restore(&mut sink).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn garbage_collection_deletes_only_its_own_unreferenced_packs() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let a = DedupSnapshot::new(id("a"), client.clone(), DedupOptions::default().keep(1));
+    let b = DedupSnapshot::new(id("b"), client.clone(), DedupOptions::default().keep(1));
+    let shared = big(3, 400_000);
+    let tar_a = tar_of(&[("x", &shared)]);
+    a.persist(&mut &tar_a[..]).await.unwrap();
+    b.persist(&mut &tar_a[..]).await.unwrap();
+    // b's journal claims a's pack (as a lying or damaged journal could).
+    let a_pack = restored_index(&a).await.header.packs[0].clone();
+    let journal = serde_json::to_vec(&serde_json::json!({ "packs": [a_pack] })).unwrap();
+    client
+        .upload(&names::journal("b"), &mut &journal[..])
+        .await
+        .unwrap();
+    let report = b.collect_garbage(false).await.unwrap();
+    assert!(report.journal);
+    assert!(report.packs.is_empty(), "{report:?}");
+    assert!(client.exists(&a_pack).await.unwrap());
+    // a moves on: its old generation's index goes, and of its packs only
+    // those the new generation references stay.
+    let tar_a2 = tar_of(&[("y", &big(4, 400_000))]);
+    a.persist(&mut &tar_a2[..]).await.unwrap();
+    assert!(!client.exists(&names::index("a", 1)).await.unwrap());
+    let kept = restored_index(&a).await.header.packs.clone();
+    let tag = names::owner_tag("a");
+    let stored: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".tar")
+                .map(String::from)
+        })
+        .filter(|n| names::parse_pack(n).is_some_and(|(t, _)| t == tag))
+        .collect();
+    assert!(!stored.is_empty());
+    for p in &stored {
+        assert!(kept.contains(p), "{p} is garbage that was not collected");
+    }
+    assert_eq!(restored(&a).await, tar_a2);
+    assert_eq!(restored(&b).await, tar_a);
+}
+
+async fn restored_index(s: &DedupSnapshot) -> Arc<Index> {
+    let head = s.record().head().cloned().unwrap();
+    s.index(&head.index).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pinned_generation_survives_its_snapshot_moving_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let src = DedupSnapshot::new(id("src"), client.clone(), DedupOptions::default());
+    let base = tar_of(&[("x", &big(5, 500_000))]);
+    src.persist(&mut &base[..]).await.unwrap();
+    let pinned = src.pin_head().await.unwrap();
+    let fork = DedupSnapshot::resume(
+        id("fork"),
+        client.clone(),
+        DedupRecord::forked_from(pinned.clone(), 1),
+        false,
+        DedupOptions::default(),
+    );
+    for n in 6..9 {
+        let t = tar_of(&[("x", &big(n, 500_000))]);
+        src.persist(&mut &t[..]).await.unwrap();
+    }
+    assert!(src.record().pinned.contains(&pinned));
+    assert_eq!(restored(&fork).await, base);
+    let changed = tar_of(&[("x", &big(5, 500_000)), ("y", b"mine")]);
+    fork.persist(&mut &changed[..]).await.unwrap();
+    let stats = fork.record().last_stop.unwrap();
+    assert!(stats.new_bytes < 100_000, "{stats:?}");
+    assert_eq!(restored(&fork).await, changed);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_index_or_a_mismatched_record_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let s = DedupSnapshot::new(id("s"), client.clone(), DedupOptions::default());
+    let t = tar_of(&[("x", b"data")]);
+    s.persist(&mut &t[..]).await.unwrap();
+    let head = s.record().head().cloned().unwrap();
+    // A record whose digest differs from the index's.
+    let mut record = s.record();
+    record.generations[0].digest = "blake3:00".into();
+    let wrong = DedupSnapshot::resume(
+        id("s"),
+        client.clone(),
+        record,
+        false,
+        DedupOptions::default(),
+    );
+    let mut sink = Vec::new();
+    let e = wrong.restore(&mut sink).await.unwrap_err();
+    assert!(matches!(e, StoreError::Format { .. }), "{e}");
+    assert!(sink.is_empty());
+    // A damaged index.
+    let path = dir.path().join(format!("{}.tar", head.index));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let fresh = DedupSnapshot::resume(id("s"), client, s.record(), false, DedupOptions::default());
+    let e = fresh.restore(&mut sink).await.unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            StoreError::Format {
+                source: FormatError::Checksum { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(sink.is_empty());
+}
