@@ -364,6 +364,22 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let mut saved = load(&home, name)?;
     let mut sandbox = resume(&home, &saved).await?;
     if let Some(generation) = args.snapshot_generation {
+        // Refuse before discarding anything.
+        let record = saved.state.snapshot.dedup.as_ref().with_context(|| {
+            format!("{name}'s snapshot keeps one archive, not generations (create it with --dedup)")
+        })?;
+        if record.find(generation).is_none() {
+            let kept: Vec<String> = record
+                .generations
+                .iter()
+                .chain(&record.pinned)
+                .map(|g| g.number.to_string())
+                .collect();
+            bail!(
+                "generation {generation} of {name} is not kept (kept: {}); `berth create --keep N` keeps more",
+                if kept.is_empty() { "none".into() } else { kept.join(", ") }
+            );
+        }
         if sandbox.state().workspace_root_ready {
             if !args.discard_workspace {
                 bail!(
@@ -614,6 +630,9 @@ pub async fn gc(names: Vec<String>, dry_run: bool) -> anyhow::Result<ExitCode> {
     } else {
         names
     };
+    if names.is_empty() {
+        println!("no sandbox has a deduplicated snapshot: nothing to collect");
+    }
     let client = SandboxClient::new(&home);
     let mut failed = false;
     for name in names {

@@ -511,8 +511,15 @@ impl Sandbox {
         let verdict = verdict
             .await
             .map_err(|e| SandboxError::State(format!("archive filter task: {e}")))?;
-        verdict?;
-        written?;
+        match (verdict, written) {
+            // The backend stopped reading (its own failure), so the filter
+            // could not write: the backend's error is the cause.
+            (Err(ArchiveError::Io(e)), Err(w)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                return Err(w.into())
+            }
+            (Err(v), _) => return Err(v.into()),
+            (Ok(_), w) => w?,
+        }
         tracing::info!(
             entries = stats.entries,
             bytes = stats.bytes,

@@ -251,20 +251,39 @@ pub fn read_pack_table<R: Read + Seek>(
 }
 
 /// Decodes one stored chunk and checks it against its id.
+#[cfg(test)]
 pub fn decode_chunk(
     id: &ChunkId,
     location: &ChunkLocation,
     stored: &[u8],
 ) -> Result<Vec<u8>, FormatError> {
-    let raw = match location.codec {
-        Codec::Raw => stored.to_vec(),
-        Codec::Zstd => zstd::bulk::decompress(stored, location.raw_len as usize)
-            .map_err(|_| FormatError::Chunk(hex::encode(id)))?,
-    };
-    if raw.len() != location.raw_len as usize || blake3::hash(&raw).as_bytes() != id {
+    let mut raw = Vec::new();
+    decode_chunk_into(id, location, stored, &mut raw)?;
+    Ok(raw)
+}
+
+/// Decodes one stored chunk into `raw` (its previous content replaced; its
+/// allocation reused) and checks it against its id.
+pub fn decode_chunk_into(
+    id: &ChunkId,
+    location: &ChunkLocation,
+    stored: &[u8],
+    raw: &mut Vec<u8>,
+) -> Result<(), FormatError> {
+    raw.clear();
+    match location.codec {
+        Codec::Raw => raw.extend_from_slice(stored),
+        Codec::Zstd => {
+            raw.reserve(location.raw_len as usize);
+            zstd::bulk::Decompressor::new()
+                .and_then(|mut d| d.decompress_to_buffer(stored, raw))
+                .map_err(|_| FormatError::Chunk(hex::encode(id)))?;
+        }
+    }
+    if raw.len() != location.raw_len as usize || blake3::hash(raw).as_bytes() != id {
         return Err(FormatError::Chunk(hex::encode(id)));
     }
-    Ok(raw)
+    Ok(())
 }
 
 /// The index header (JSON inside the binary index).

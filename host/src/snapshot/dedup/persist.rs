@@ -65,11 +65,17 @@ fn local(what: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
 }
 
 impl Packer {
-    fn run(mut self, mut input: mpsc::Receiver<Vec<u8>>) -> Result<Packed, StoreError> {
+    fn run(
+        mut self,
+        mut input: mpsc::Receiver<Vec<u8>>,
+        spent: mpsc::Sender<Vec<u8>>,
+    ) -> Result<Packed, StoreError> {
         let mut chunker = Chunker::new(self.chunker_params);
         while let Some(piece) = input.blocking_recv() {
             self.tar_size += piece.len() as u64;
             chunker.push(&piece, &mut |c| self.chunk(c))?;
+            // Back to the reader for reuse (see `persist_generation`).
+            let _ = spent.try_send(piece);
         }
         chunker.finish(&mut |c| self.chunk(c))?;
         self.close_pack()?;
@@ -216,7 +222,10 @@ impl DedupSnapshot {
         }
         let number = self.record().next_number();
         let spool = self.spool_dir()?;
-        let (piece_tx, piece_rx) = mpsc::channel::<Vec<u8>>(4);
+        let (piece_tx, piece_rx) = mpsc::channel::<Vec<u8>>(2);
+        // Read buffers go back to the reader: allocating on one thread and
+        // freeing on another grows the allocator's arenas with the archive.
+        let (spent_tx, mut spent_rx) = mpsc::channel::<Vec<u8>>(4);
         let (pack_tx, mut pack_rx) = mpsc::channel::<FinishedPack>(1);
         let packer = Packer {
             tag: self.tag.clone(),
@@ -233,14 +242,17 @@ impl DedupSnapshot {
             new_bytes: 0,
             done: pack_tx,
         };
-        let packing = tokio::task::spawn_blocking(move || packer.run(piece_rx));
+        let packing = tokio::task::spawn_blocking(move || packer.run(piece_rx, spent_tx));
 
         // The tar's digest is taken here, in parallel with the packer's
         // chunking and hashing.
         let read = async move {
             let mut tar = blake3::Hasher::new();
             loop {
-                let mut piece = Vec::with_capacity(READ_PIECE);
+                let mut piece = spent_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(READ_PIECE));
+                piece.clear();
                 let n = (&mut *archive)
                     .take(READ_PIECE as u64)
                     .read_to_end(&mut piece)

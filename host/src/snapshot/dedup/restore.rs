@@ -12,7 +12,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::cache::hash_file;
-use super::format::{decode_chunk, names, Index, MAX_PACK_BYTES};
+use super::format::{decode_chunk_into, names, Index, MAX_PACK_BYTES};
 use super::record::Generation;
 use super::{is_not_found, DedupSnapshot};
 use crate::capped_writer::CappedWriter;
@@ -29,6 +29,7 @@ fn decode_all(
     index: &Index,
     mut packs: mpsc::Receiver<(u32, LocalPack)>,
     out: mpsc::Sender<Vec<u8>>,
+    mut spent: mpsc::Receiver<Vec<u8>>,
 ) -> Result<String, StoreError> {
     let mut ready: HashMap<u32, (std::fs::File, LocalPack)> = HashMap::new();
     let mut tar = blake3::Hasher::new();
@@ -67,7 +68,8 @@ fn decode_all(
                     why: "a chunk the index names lies past its end".into(),
                 })
             })?;
-        let raw = decode_chunk(&entry.chunk, &entry.location, &stored).map_err(damaged)?;
+        let mut raw = spent.try_recv().unwrap_or_default();
+        decode_chunk_into(&entry.chunk, &entry.location, &stored, &mut raw).map_err(damaged)?;
         tar.update(&raw);
         if out.blocking_send(raw).is_err() {
             // The writer stopped; its error says why.
@@ -144,7 +146,11 @@ impl DedupSnapshot {
             .map(|p| (p, index.header.packs[p as usize].clone()))
             .collect();
         let (pack_tx, pack_rx) = mpsc::channel::<(u32, LocalPack)>(PACKS_IN_FLIGHT);
-        let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<u8>>(8);
+        let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<u8>>(2);
+        // Written buffers go back to the decoder: allocating on one thread
+        // and freeing on another grows the allocator's arenas with the
+        // archive (measured: 66 MiB peak at 4 GiB without this).
+        let (spent_tx, spent_rx) = mpsc::channel::<Vec<u8>>(4);
         let fetch = async move {
             let mut fetches = futures::stream::iter(
                 wanted
@@ -161,7 +167,7 @@ impl DedupSnapshot {
         };
         let decoding = {
             let index = index.clone();
-            tokio::task::spawn_blocking(move || decode_all(&index, pack_rx, raw_tx))
+            tokio::task::spawn_blocking(move || decode_all(&index, pack_rx, raw_tx, spent_rx))
         };
         let decode = async {
             decoding.await.map_err(|e| StoreError::Local {
@@ -172,6 +178,7 @@ impl DedupSnapshot {
         let write = async {
             while let Some(raw) = raw_rx.recv().await {
                 sink.write_all(&raw).await.map_err(StoreError::Sink)?;
+                let _ = spent_tx.try_send(raw);
             }
             Ok::<(), StoreError>(())
         };
