@@ -663,3 +663,38 @@ async fn docker_sandbox_resumes_from_deduplicated_generations() {
     );
     berth_ok(&home, &["rm", "dk"]);
 }
+
+/// A store that turns into one answering every download with an endless
+/// stream (and claiming to hold everything) is cut off at the index cap;
+/// nothing is extracted and the error says which object and why.
+#[test]
+fn a_store_that_streams_forever_is_cut_off_at_the_index_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let manifest = fs_store_manifest(dir.path(), &dir.path().join("store"));
+    let snapshot = format!("remote:{}", manifest.display());
+    berth_ok(&home, &["create", "f", "--snapshot", &snapshot, "--dedup"]);
+    berth_ok(&home, &["exec", "f", "--", "echo hi > a.txt"]);
+    berth_ok(&home, &["stop", "f"]);
+    // The manifest the state names now loads the faulty store.
+    std::fs::write(
+        &manifest,
+        format!(
+            "name = \"faulty\"\ncomponent = {:?}\nworld = \"remote-client-plugin\"\n[config]\nfault = \"endless-download\"\n[grants]\ndeadline_secs = 300\n",
+            berth_tests::guest("faulty_store")
+        ),
+    )
+    .unwrap();
+    let root = local_root(&berth_state(&home, "f"));
+    std::fs::remove_dir_all(&root).unwrap();
+    let started = std::time::Instant::now();
+    let out = berth_uncached(&home, &["start", "f"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(".g1.idx") && err.contains("larger than the 134217728 bytes an index may be"),
+        "{err}"
+    );
+    assert!(!root.exists() || std::fs::read_dir(&root).unwrap().next().is_none());
+    println!("cut off after {:?}", started.elapsed());
+}

@@ -508,6 +508,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 Ok(mut r) => rows.append(&mut r),
                 Err(e) => eprintln!("bench: S3 dedup rows skipped: {e:#}"),
             }
+            if let Err(e) = s3_clear("bench-dedup/") {
+                eprintln!("bench: could not remove the bench's objects from the bucket: {e:#}");
+            }
         }
         Err(e) => eprintln!("bench: S3 dedup rows skipped: {e:#}"),
     }
@@ -861,6 +864,34 @@ fn s3_manifest(base: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
     Ok(manifest)
 }
 
+/// Deletes every object under `prefix` in the Garage bucket (boto3), so
+/// benchmark runs do not fill the disk.
+fn s3_clear(prefix: &str) -> anyhow::Result<()> {
+    let S3Creds {
+        endpoint,
+        region,
+        bucket,
+        key,
+        secret,
+    } = s3_creds()?;
+    let script = format!(
+        r#"
+import boto3
+s3 = boto3.client("s3", endpoint_url="{endpoint}", region_name="{region}",
+                  aws_access_key_id="{key}", aws_secret_access_key="{secret}")
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket="{bucket}", Prefix="{prefix}"):
+    objs = page.get("Contents", [])
+    if objs:
+        s3.delete_objects(Bucket="{bucket}", Delete={{"Objects": [{{"Key": o["Key"]}} for o in objs]}})
+"#
+    );
+    let out = Command::new("python3").arg("-c").arg(&script).output()?;
+    if !out.status.success() {
+        bail!("boto3: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
 async fn s3_rows(base: &Path, runs: usize, quick: bool) -> anyhow::Result<Vec<Row>> {
     let manifest = s3_manifest(base, "bench/")?;
     let S3Creds {
@@ -1005,13 +1036,19 @@ async fn sandbox_over(
     Ok(sb)
 }
 
+/// A seed no earlier mutation of this bench used, so a change is never
+/// content the workspace already held (which would deduplicate).
+fn fresh_seed() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(2, std::sync::atomic::Ordering::Relaxed) * 1_000_003
+}
+
 /// Rewrites `n` small files with new content (`total` bytes in all).
 fn touch_small_files(src: &Path, n: u64, total: u64, seed: u64) -> anyhow::Result<()> {
     let each = (total / n) as usize;
     let mut buf = vec![0u8; each];
     for i in 0..n {
-        fill(&mut buf, seed * 1000 + i);
-        buf[0] = b'0' + (seed % 10) as u8;
+        fill(&mut buf, seed + i);
         std::fs::write(src.join(format!("src/d{:03}/f{i}.txt", i % 200)), &buf)?;
     }
     Ok(())
@@ -1074,15 +1111,15 @@ async fn dedup_rows(
                         .append(true)
                         .open(src.join("large0.bin"))?;
                     let mut chunk = vec![0u8; 1 << 20];
-                    fill(&mut chunk, 77 + run as u64);
+                    fill(&mut chunk, fresh_seed());
                     std::io::Write::write_all(&mut f, &chunk)?;
                 }
-                3 => touch_small_files(src, 50, 1 << 20, run as u64 + 1)?,
+                3 => touch_small_files(src, 50, 1 << 20, fresh_seed())?,
                 4 => {
                     let mut f = std::fs::File::create(src.join("new100.bin"))?;
                     let mut chunk = vec![0u8; 1 << 20];
                     for n in 0..new_file_mib {
-                        fill(&mut chunk, 5000 + run as u64 * 100 + n);
+                        fill(&mut chunk, fresh_seed() + n);
                         std::io::Write::write_all(&mut f, &chunk)?;
                     }
                 }

@@ -144,13 +144,12 @@ impl Packer {
             return Ok(());
         };
         let (out, hash, size) = writer.finish().map_err(local("writing a pack file"))?;
-        out.into_inner()
-            .map_err(|e| StoreError::Local {
-                what: "writing a pack file",
-                source: e.into_error(),
-            })?
-            .sync_data()
-            .map_err(local("writing a pack file"))?;
+        // Flushed, not synced: the spool is read back by the uploader, and
+        // durability is the store's job.
+        drop(out.into_inner().map_err(|e| StoreError::Local {
+            what: "writing a pack file",
+            source: e.into_error(),
+        })?);
         let name = names::pack(&self.tag, &hash);
         self.packs.push(name.clone());
         self.done
