@@ -196,23 +196,10 @@ async fn broken_plugin_fails_the_clauses_it_breaks() {
 /// Runs the full suite, multi-GiB clause included, on a guest built by a
 /// non-Rust toolchain into `guest-examples/target/<file>`.
 async fn language_guest_conforms(name: &str) {
-    let root = berth_tests::repo_root();
-    let component = guest_table::component_path(&root, &guest_table::guest(&root, name).unwrap());
-    assert!(
-        component.is_file(),
-        "{name} is not built ({}): run `cargo xtask build-guests`",
-        component.display()
-    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("data")).unwrap();
     let host = host_with_cache(&dir.path().join("cache"));
-    let manifest = berth::plugin::PluginManifest::for_component(&component, World::RemoteClient)
-        .with_dir(
-            dir.path().join("data"),
-            "/data",
-            berth::plugin::DirMode::ReadWrite,
-        )
-        .with_config("root", "/data");
+    let manifest = berth_tests::language_store_manifest(name, &dir.path().join("data"));
     let plugin = host.load(manifest).await.unwrap();
     let client = plugin.remote_client().unwrap();
     assert_passes(&check_remote_client(name, &client, &options()).await);

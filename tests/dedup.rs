@@ -502,25 +502,11 @@ fn forks_start_from_the_source_and_share_its_chunks() {
 /// and a restore through the C, Python and JavaScript example stores.
 #[tokio::test(flavor = "multi_thread")]
 async fn language_stores_hold_deduplicated_snapshots_unchanged() {
-    let root = berth_tests::repo_root();
     for name in ["c-store", "py-store", "js-store"] {
-        let entry = guest_table::guest(&root, name).unwrap();
-        let component = guest_table::component_path(&root, &entry);
-        assert!(
-            component.is_file(),
-            "{name} is not built: cargo xtask build-guests"
-        );
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("data")).unwrap();
         let host = host_with_cache(&dir.path().join("compiled"));
-        let manifest =
-            berth::plugin::PluginManifest::for_component(&component, World::RemoteClient)
-                .with_dir(
-                    dir.path().join("data"),
-                    "/data",
-                    berth::plugin::DirMode::ReadWrite,
-                )
-                .with_config("root", "/data");
+        let manifest = berth_tests::language_store_manifest(name, &dir.path().join("data"));
         let plugin = host.load(manifest).await.unwrap();
         let spec = SnapshotSpec::LoadedPlugin(plugin).deduplicated(1);
         let home = dir.path().join("home");

@@ -104,6 +104,24 @@ pub fn scratch_manifest(file: &str, world: World, scratch: &Path) -> PluginManif
         .with_config("dir", "/data")
 }
 
+/// A manifest for the remote-client guest `name` of the guest table built
+/// by a non-Rust toolchain (`c-store`, `py-store`, `js-store`), storing in
+/// `data` (granted read-write at `/data`). Panics with the command to run
+/// when it is not built.
+pub fn language_store_manifest(name: &str, data: &Path) -> PluginManifest {
+    let root = repo_root();
+    let entry = guest_table::guest(&root, name).unwrap();
+    let component = guest_table::component_path(&root, &entry);
+    assert!(
+        component.is_file(),
+        "{name} is not built ({}): run `cargo xtask build-guests`",
+        component.display()
+    );
+    PluginManifest::for_component(&component, World::RemoteClient)
+        .with_dir(data, "/data", DirMode::ReadWrite)
+        .with_config("root", "/data")
+}
+
 /// The image Docker tests run (`cargo xtask setup` imports it).
 pub fn test_image() -> String {
     std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into())

@@ -1066,7 +1066,7 @@ impl SandboxClient {
         backend: BackendSpec,
         options: SandboxOptions,
     ) -> Result<Sandbox, SandboxError> {
-        let (bound, store) = self.bind_existing(source, snapshot).await?;
+        let (bound, _, store) = self.bind_existing(source, snapshot).await?;
         let dedup = dedup_of(bound.as_ref(), source)?;
         let keep = dedup.record().keep;
         let base = dedup.pin_head().await?;
@@ -1103,7 +1103,7 @@ impl SandboxClient {
         snapshot: Option<SnapshotSpec>,
         dry_run: bool,
     ) -> Result<(GcReport, SandboxState), SandboxError> {
-        let (bound, _) = self.bind_existing(state, snapshot).await?;
+        let (bound, _, _) = self.bind_existing(state, snapshot).await?;
         let dedup = dedup_of(bound.as_ref(), state)?;
         let report = dedup.collect_garbage(dry_run).await?;
         let mut state = state.clone();
@@ -1117,12 +1117,12 @@ impl SandboxClient {
         &self,
         state: &SandboxState,
         snapshot: Option<SnapshotSpec>,
-    ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotSpec), SandboxError> {
+    ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotState, SnapshotSpec), SandboxError> {
         let spec = match snapshot {
             Some(s) => s,
             None => SnapshotSpec::from_state(&state.snapshot)?,
         };
-        let (bound, _) = snapshot_binding::bind(
+        let (bound, record) = snapshot_binding::bind(
             &spec,
             state.snapshot.id.clone(),
             self.plugin_host().await?,
@@ -1130,7 +1130,7 @@ impl SandboxClient {
             self.pack_cache.as_ref(),
         )
         .await?;
-        Ok((bound, spec))
+        Ok((bound, record, spec))
     }
 
     /// [`SandboxClient::create`], with a snapshot that continues
@@ -1249,18 +1249,7 @@ impl SandboxClient {
         backend: Box<dyn Backend>,
         options: SandboxOptions,
     ) -> Result<Sandbox, SandboxError> {
-        let spec = match snapshot {
-            Some(s) => s,
-            None => SnapshotSpec::from_state(&state.snapshot)?,
-        };
-        let (snap, mut snap_state) = snapshot_binding::bind(
-            &spec,
-            state.snapshot.id.clone(),
-            self.plugin_host().await?,
-            Some(&state.snapshot),
-            self.pack_cache.as_ref(),
-        )
-        .await?;
+        let (snap, mut snap_state, _) = self.bind_existing(&state, snapshot).await?;
         snap_state.digest = state.snapshot.digest.clone();
         let mut options = self.with_state_file(options, &state.session_id);
         options.compression |= state.snapshot.compression.is_some();
