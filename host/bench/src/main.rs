@@ -306,13 +306,12 @@ async fn berth_roundtrip(
     let state = sb.state();
     let restore_root = src.with_extension("restored");
     drop_dir(&restore_root);
-    let mut state2 = state.clone();
-    let mut local: LocalState = state2.backend.decode()?;
-    local.root_dir = restore_root.clone();
-    local.owned = true;
-    state2.backend = BackendState::encode(berth::backend::local::KIND, &local)?;
     let mut rb = client
-        .resume(state2, None, SandboxOptions::default())
+        .resume(
+            moved_to(&state, &restore_root)?,
+            None,
+            SandboxOptions::default(),
+        )
         .await?;
     let t = Instant::now();
     rb.start().await?;

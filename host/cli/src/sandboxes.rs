@@ -369,15 +369,9 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
             format!("{name}'s snapshot keeps one archive, not generations (create it with --dedup)")
         })?;
         if record.find(generation).is_none() {
-            let kept: Vec<String> = record
-                .generations
-                .iter()
-                .chain(&record.pinned)
-                .map(|g| g.number.to_string())
-                .collect();
             bail!(
                 "generation {generation} of {name} is not kept (kept: {}); `berth create --keep N` keeps more",
-                if kept.is_empty() { "none".into() } else { kept.join(", ") }
+                record.kept_numbers()
             );
         }
         if sandbox.state().workspace_root_ready {

@@ -555,9 +555,20 @@ impl Sandbox {
                     })?;
             let capped = CappedWriter::new(file, cap);
             let overran = capped.flag();
-            let mut writer =
+            // A deduplicated generation checks every chunk and the tar's
+            // BLAKE3 against its index itself; hashing here too would cost
+            // a pass. (Its whole-archive fallback, with no generation yet,
+            // is hashed here as any archive.)
+            let self_verifying = self
+                .snapshot
+                .as_dedup()
+                .is_some_and(|d| d.record().head().is_some());
+            let writer = if self_verifying {
+                sealing::HashingWriter::counting(capped)
+            } else {
                 sealing::HashingWriter::new(capped, self.state.snapshot.digest.as_deref())
-                    .with_progress(self.options.progress.clone(), "restore");
+            };
+            let mut writer = writer.with_progress(self.options.progress.clone(), "restore");
             let restored = self.snapshot.restore(&mut writer).await;
             if overran.load(std::sync::atomic::Ordering::Relaxed) {
                 return Err(SandboxError::SnapshotOverrun {
@@ -567,7 +578,11 @@ impl Sandbox {
                 });
             }
             restored?;
-            Ok::<_, SandboxError>(writer.seal())
+            let seal = writer.seal();
+            if self_verifying {
+                return self.dedup_seal(seal);
+            }
+            Ok::<_, SandboxError>(seal)
         })
         .await
         .map_err(|_| SandboxError::Deadline {
@@ -709,21 +724,30 @@ impl Sandbox {
         };
         let mut sealed = sealed.with_progress(self.options.progress.clone(), "persist");
         self.snapshot.persist(&mut sealed).await?;
-        let mut seal = seal.lock().ok().and_then(|s| s.clone()).ok_or_else(|| {
+        let seal = seal.lock().ok().and_then(|s| s.clone()).ok_or_else(|| {
             SandboxError::State("the snapshot did not read the archive to its end".into())
         })?;
-        if let Some(dedup) = dedup {
-            let record = dedup.record();
-            let head = record
-                .head()
-                .filter(|g| g.size == seal.size)
-                .ok_or_else(|| {
-                    SandboxError::State(
-                        "the deduplicated snapshot did not record the archive it stored".into(),
-                    )
-                })?;
-            seal.digest = head.digest.clone();
+        if dedup.is_some() {
+            return self.dedup_seal(seal);
         }
+        Ok(seal)
+    }
+
+    /// The seal of an archive that passed (counted, not hashed) through a
+    /// deduplicated snapshot: the digest is the one its current
+    /// generation's index verified, whose size must match.
+    fn dedup_seal(&self, mut seal: sealing::Seal) -> Result<sealing::Seal, SandboxError> {
+        let record = self.dedup()?.record();
+        let head = record
+            .head()
+            .filter(|g| g.size == seal.size)
+            .ok_or_else(|| {
+                SandboxError::State(
+                    "the deduplicated snapshot does not record the archive that passed through it"
+                        .into(),
+                )
+            })?;
+        seal.digest = head.digest.clone();
         Ok(seal)
     }
 
@@ -757,17 +781,10 @@ impl Sandbox {
         }
         let dedup = self.dedup()?;
         let generation = dedup.select_generation(number).ok_or_else(|| {
-            let kept: Vec<String> = dedup
-                .record()
-                .generations
-                .iter()
-                .chain(&dedup.record().pinned)
-                .map(|g| g.number.to_string())
-                .collect();
             SandboxError::State(format!(
                 "generation {number} of snapshot {} is not kept (kept: {}); `--keep N` at create keeps more",
                 self.state.snapshot.id,
-                if kept.is_empty() { "none".to_string() } else { kept.join(", ") }
+                dedup.record().kept_numbers()
             ))
         })?;
         self.state.snapshot.digest = Some(generation.digest);

@@ -119,6 +119,22 @@ impl DedupRecord {
             .find(|g| g.number == number)
     }
 
+    /// The numbers of the kept (retained and pinned) generations, as a
+    /// list for messages: `1, 2, 5`, or `none`.
+    pub fn kept_numbers(&self) -> String {
+        let kept: Vec<String> = self
+            .generations
+            .iter()
+            .chain(&self.pinned)
+            .map(|g| g.number.to_string())
+            .collect();
+        if kept.is_empty() {
+            "none".into()
+        } else {
+            kept.join(", ")
+        }
+    }
+
     /// The number the next stop writes.
     pub fn next_number(&self) -> u64 {
         self.generations
