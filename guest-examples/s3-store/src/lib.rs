@@ -14,7 +14,7 @@
 //! `prefix` (optional), `access_key_id`, `secret_access_key`, `part_size`
 //! (bytes, default 8 MiB, at least 5 MiB), `parallel_parts` (part requests
 //! in flight, default 3; guest memory ≈ (parallel_parts + 1) × part_size),
-//! `retries` (default 4),
+//! `retries` (default 6: backoff from 0.1 s, doubling, about 6 s in all),
 //! `path_style` (default true). Signing needs the time of day: grant
 //! `wall_clock = true`, and the endpoint's origin in `http_hosts`.
 
@@ -177,39 +177,53 @@ impl S3Store {
                 ))))
             }
         };
+        let sent = Sent { future, authority };
         if let Some(b) = body {
-            let Ok(stream) = outgoing.write() else {
-                return Err(Attempt::Fail(StorageError::Other(
-                    "cannot write the request body".into(),
-                )));
-            };
-            let mut rest = b;
-            while !rest.is_empty() {
-                let permit = match stream.check_write() {
-                    Ok(0) => {
-                        stream.subscribe().block();
-                        continue;
-                    }
-                    Ok(n) => n as usize,
-                    Err(e) => {
-                        return Err(Attempt::Retry(format!("writing the request body: {e:?}")))
-                    }
-                };
-                let (now, later) = rest.split_at(permit.min(rest.len()));
-                if let Err(e) = stream.write(now) {
-                    return Err(Attempt::Retry(format!("writing the request body: {e:?}")));
-                }
-                rest = later;
+            if let Err(why) = Self::write_body(&outgoing, b) {
+                // The connection broke under the body, or the store answered
+                // before reading it all: its answer (or the connection's
+                // error) says why, which the body stream cannot.
+                drop(outgoing);
+                return Err(match Self::receive(sent) {
+                    Attempt::Done(resp) => Attempt::Retry(format!(
+                        "{why}; the store answered HTTP {} before reading the whole body",
+                        resp.status
+                    )),
+                    Attempt::Retry(cause) => Attempt::Retry(format!("{why}: {cause}")),
+                    Attempt::Fail(e) => Attempt::Fail(e),
+                });
             }
-            if let Err(e) = stream.blocking_flush() {
-                return Err(Attempt::Retry(format!("flushing the request body: {e:?}")));
-            }
-            drop(stream);
         }
         if let Err(e) = OutgoingBody::finish(outgoing, None) {
             return Err(Attempt::Retry(format!("finishing the request body: {e:?}")));
         }
-        Ok(Sent { future, authority })
+        Ok(sent)
+    }
+
+    /// Writes a whole request body, waiting for the host's permits.
+    fn write_body(outgoing: &OutgoingBody, body: &[u8]) -> Result<(), String> {
+        let stream = outgoing
+            .write()
+            .map_err(|()| "cannot write the request body".to_string())?;
+        let mut rest = body;
+        while !rest.is_empty() {
+            let permit = match stream.check_write() {
+                Ok(0) => {
+                    stream.subscribe().block();
+                    continue;
+                }
+                Ok(n) => n as usize,
+                Err(e) => return Err(format!("writing the request body: {e:?}")),
+            };
+            let (now, later) = rest.split_at(permit.min(rest.len()));
+            stream
+                .write(now)
+                .map_err(|e| format!("writing the request body: {e:?}"))?;
+            rest = later;
+        }
+        stream
+            .blocking_flush()
+            .map_err(|e| format!("flushing the request body: {e:?}"))
     }
 
     /// Waits for the answer to a request [`S3Store::start`] sent.
@@ -506,7 +520,7 @@ impl GuestClient for S3Store {
                 "config part_size must be at least {MIN_PART} (S3's minimum)"
             )));
         }
-        let retries = get("retries").and_then(|r| r.parse().ok()).unwrap_or(4);
+        let retries = get("retries").and_then(|r| r.parse().ok()).unwrap_or(6);
         let parallel_parts = match get("parallel_parts") {
             Some(s) => s
                 .parse::<usize>()
