@@ -323,8 +323,7 @@ async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path());
     let t = Instant::now();
-    let options =
-        DockerOptions::new(test_image()).docker_host("unix:///nonexistent/berth-docker.sock");
+    let options = DockerOptions::new(test_image()).engine("unix:///nonexistent/berth-docker.sock");
     let err = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
@@ -338,12 +337,14 @@ async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
     let msg = err.to_string();
     assert!(matches!(err, SandboxError::Backend(_)), "{msg}");
     assert!(
-        msg.contains("cannot reach the Docker daemon") && msg.contains("dockerd"),
+        msg.contains("cannot reach the Docker engine unix:///nonexistent/berth-docker.sock")
+            && msg.contains("dockerd"),
         "{msg}"
     );
 
     // Resuming saved state against a dead daemon fails the same way; it
-    // never decides the container is gone.
+    // never decides the container is gone. (State from before engines
+    // named it `docker_host`.)
     let saved = serde_json::json!({
         "type": "docker", "container_id": "0123abcd", "container_name": "berth-x", "image": test_image(),
         "docker_host": "unix:///nonexistent/berth-docker.sock",
@@ -357,7 +358,7 @@ async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
         .err()
         .expect("must fail");
     assert!(
-        err.to_string().contains("cannot reach the Docker daemon"),
+        err.to_string().contains("cannot reach the Docker engine"),
         "{err}"
     );
 }

@@ -303,3 +303,64 @@ pub fn chain(error: &dyn std::error::Error) -> String {
     }
     out
 }
+
+/// The second Docker engine and the registry `cargo xtask setup` starts
+/// (read from the file it writes), for the tests of several engines.
+#[derive(Debug, Clone)]
+pub struct Engine2 {
+    /// `tcp://127.0.0.1:PORT`, mutual TLS.
+    pub tls: String,
+    /// `unix:///...`, the same engine.
+    pub socket: String,
+    /// `DOCKER_CERT_PATH` for the TLS endpoint.
+    pub certs: String,
+    /// Client files whose `ca.pem` is another CA's.
+    pub wrong_ca: String,
+    /// The engine's pid file.
+    pub pidfile: String,
+    /// A script that starts the engine again.
+    pub start: String,
+    /// The engine's log.
+    pub log: String,
+    /// The registry (`127.0.0.1:PORT`).
+    pub registry: String,
+    /// The test image, in the registry.
+    pub image: String,
+}
+
+/// The second engine, or `None` (with a message) when it is not set up
+/// and Docker is not required. Panics when it is required and missing.
+pub fn engine2_or_skip(test: &str) -> Option<Engine2> {
+    let mut vars = std::collections::HashMap::new();
+    if let Ok(text) = std::fs::read_to_string("/tmp/berth-engine2/engine.env") {
+        for line in text.lines() {
+            if let Some((k, v)) = line.split_once('=') {
+                vars.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    let get = |k: &str| vars.get(k).cloned();
+    let found = (|| {
+        Some(Engine2 {
+            tls: get("BERTH_ENGINE2_TLS")?,
+            socket: get("BERTH_ENGINE2_SOCKET")?,
+            certs: get("BERTH_ENGINE2_CERTS")?,
+            wrong_ca: get("BERTH_ENGINE2_WRONG_CA")?,
+            pidfile: get("BERTH_ENGINE2_PIDFILE")?,
+            start: get("BERTH_ENGINE2_START")?,
+            log: get("BERTH_ENGINE2_LOG")?,
+            registry: get("BERTH_REGISTRY")?,
+            image: get("BERTH_REGISTRY_IMAGE")?,
+        })
+    })();
+    match found {
+        Some(e) => Some(e),
+        None if docker_required() => panic!(
+            "{test}: a second Docker engine and a registry are required (CI/BERTH_REQUIRE_DOCKER) but /tmp/berth-engine2/engine.env is missing: run `cargo xtask setup` as root"
+        ),
+        None => {
+            eprintln!("SKIPPED {test}: no second Docker engine; run `cargo xtask setup` as root");
+            None
+        }
+    }
+}

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod docker;
+mod engines;
 mod garage;
 mod guests;
 mod lint;
@@ -19,6 +20,7 @@ mod process;
 use anyhow::{bail, Result};
 
 use docker::{docker_required, docker_setup};
+use engines::engines_setup;
 use garage::garage_setup;
 use guests::{build_guests, build_rust_guests};
 use lint::lint;
@@ -103,13 +105,13 @@ fn setup(_root: &Path) -> Result<()> {
         }
         Err(e) => eprintln!("xtask: warning: no Garage cluster ({e:#}); S3 tests will be skipped"),
     }
-    match docker_setup() {
+    match docker_setup().and_then(|()| engines_setup()) {
         Ok(()) => Ok(()),
         Err(e) if docker_required() => Err(e.context(
-            "a Docker engine is required (CI or BERTH_REQUIRE_DOCKER is set) but could not be set up",
+            "Docker engines and a registry are required (CI or BERTH_REQUIRE_DOCKER is set) but could not be set up",
         )),
         Err(e) => {
-            eprintln!("xtask: warning: no Docker engine ({e:#}); Docker tests will be skipped");
+            eprintln!("xtask: warning: no Docker engines ({e:#}); Docker tests will be skipped");
             Ok(())
         }
     }

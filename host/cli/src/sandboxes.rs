@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use berth::backend::docker::DockerOptions;
+use berth::backend::docker::{DockerOptions, EngineChoice, PullPolicy, PullProgress};
 use berth::backend::ExecRequest;
 use berth::sandbox::{
     BackendSpec, Progress, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SandboxState,
@@ -97,8 +97,54 @@ fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxO
         freeze_during_stop: freeze,
         state_sink: Some(StateSink(std::sync::Arc::new(sink))),
         progress: progress_bar(),
+        pull_progress: Some(pull_progress()),
         ..SandboxOptions::default()
     }
+}
+
+/// How an image pull goes, on stderr: a bar of layers and bytes on a
+/// terminal, as `docker run` draws it; elsewhere, one line when it ends.
+fn pull_progress() -> PullProgress {
+    use std::io::IsTerminal;
+    let terminal = std::io::stderr().is_terminal();
+    let bar = std::sync::OnceLock::<indicatif::ProgressBar>::new();
+    let started = std::time::Instant::now();
+    PullProgress(std::sync::Arc::new(move |status| {
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        if status.finished {
+            if let Some(bar) = bar.get() {
+                bar.finish_and_clear();
+            }
+            eprintln!(
+                "pulled {}: {} layers, {:.1} MiB in {:.1} s",
+                status.image,
+                status.layers,
+                mib(status.bytes_done),
+                started.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        if !terminal {
+            return;
+        }
+        let bar = bar.get_or_init(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "pulling {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar
+        });
+        bar.set_length(status.bytes_total.max(status.bytes_done));
+        bar.set_position(status.bytes_done);
+        bar.set_message(format!(
+            "{} ({}/{} layers)",
+            status.image, status.layers_done, status.layers
+        ));
+    }))
 }
 
 /// A bytes-and-rate progress bar on stderr, when it is a terminal.
@@ -198,9 +244,19 @@ pub struct CreateArgs {
     /// Host directory for the workspace (local backend).
     #[arg(long)]
     root_dir: Option<PathBuf>,
-    /// Image (docker backend; must exist locally).
+    /// Image (docker backend); pulled from its registry as --pull says.
     #[arg(long)]
     image: Option<String>,
+    /// The Docker engine (docker backend): an endpoint (unix:///PATH,
+    /// tcp://HOST:PORT with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH) or a
+    /// Docker context's name. By default, what the docker CLI would use
+    /// (DOCKER_HOST, DOCKER_CONTEXT, the current context, the local
+    /// socket); the sandbox remembers it.
+    #[arg(long)]
+    engine: Option<String>,
+    /// When to pull the image (docker backend): missing, always or never.
+    #[arg(long, default_value = "missing")]
+    pull: PullPolicy,
     /// Memory limit, e.g. 512MiB (docker backend).
     #[arg(long, value_parser = crate::plugin::parse_size_arg)]
     memory: Option<u64>,
@@ -269,8 +325,13 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             let image = args
                 .image
                 .clone()
-                .context("--backend docker needs --image (an image present locally)")?;
-            let mut o = DockerOptions::new(image).run_args(args.run_args.clone());
+                .context("--backend docker needs --image")?;
+            let mut o = DockerOptions::new(image)
+                .run_args(args.run_args.clone())
+                .pull(args.pull);
+            if let Some(e) = &args.engine {
+                o = o.engine(e.clone());
+            }
             if let Some(m) = args.memory {
                 o = o.memory(m as i64);
             }
@@ -289,8 +350,12 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             BackendSpec::Docker(o)
         }
         _ => {
-            if args.image.is_some() || args.container.is_some() || !args.run_args.is_empty() {
-                bail!("--image, --container and --run-arg need --backend docker");
+            if args.image.is_some()
+                || args.container.is_some()
+                || !args.run_args.is_empty()
+                || args.engine.is_some()
+            {
+                bail!("--image, --engine, --container and --run-arg need --backend docker");
             }
             let root_dir = match &args.root_dir {
                 Some(d) => Some(std::path::absolute(d)?),
@@ -355,6 +420,14 @@ pub struct StartArgs {
     /// changes since the last stop) to restore the older generation.
     #[arg(long, requires = "snapshot_generation")]
     discard_workspace: bool,
+    /// Move the sandbox to this Docker engine (an endpoint or a context)
+    /// and restore its workspace there from its snapshot, which must be a
+    /// shared (remote) store. If its old engine answers, the workspace is
+    /// saved there first and the old container removed; if not, the old
+    /// container is kept as an orphan (`berth ls`) that `berth rm` removes
+    /// once that engine is back.
+    #[arg(long, conflicts_with = "snapshot_generation")]
+    engine: Option<String>,
 }
 
 pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
@@ -362,7 +435,28 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
     let _lock = lock(&home, name).await?;
     let mut saved = load(&home, name)?;
-    let mut sandbox = resume(&home, &saved).await?;
+    let mut sandbox = match &args.engine {
+        Some(engine) => {
+            let moved = SandboxClient::new(&home)
+                .resume_on_engine(
+                    saved.state.clone(),
+                    &EngineChoice::new(engine.clone()),
+                    None,
+                    options(&home, name, saved.compression, saved.freeze),
+                )
+                .await?;
+            saved.state = moved.state();
+            save(&home, &saved)?;
+            for orphan in &saved.state.orphans {
+                eprintln!(
+                    "berth: the old engine did not answer ({}); its container stays as an orphan that `berth rm {name}` removes once that engine is back",
+                    orphan.reason
+                );
+            }
+            moved
+        }
+        None => resume(&home, &saved).await?,
+    };
     if let Some(generation) = args.snapshot_generation {
         // Refuse before discarding anything.
         let record = saved.state.snapshot.dedup.as_ref().with_context(|| {
@@ -490,8 +584,31 @@ pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
 pub async fn rm(name: &str, force: bool) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
     let _lock = lock(&home, name).await?;
-    let saved = load(&home, name)?;
+    let mut saved = load(&home, name)?;
     let path = state_path(&home, name)?;
+    if !saved.state.orphans.is_empty() {
+        let cleanup = SandboxClient::new(&home).remove_orphans(&saved.state).await;
+        saved.state = cleanup.state;
+        save(&home, &saved)?;
+        for removed in &cleanup.removed {
+            println!("removed orphan {removed}");
+        }
+        if !cleanup.remaining.is_empty() {
+            let why: Vec<String> = cleanup
+                .remaining
+                .iter()
+                .map(|(what, e)| format!("{what}: {e}"))
+                .collect();
+            if !force {
+                bail!(
+                    "{}
+these orphans are still there; `berth rm {name}` again once their engine answers, or `berth rm --force {name}` forgets them",
+                    why.join("\n")
+                );
+            }
+            eprintln!("berth: forgetting orphans (--force): {}", why.join("; "));
+        }
+    }
     let mut sandbox = resume(&home, &saved).await?;
     let closed = if sandbox.state().workspace_root_ready {
         sandbox.close().await
@@ -546,21 +663,49 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<24} {:<8} {:<8} {:<6} {:<40}",
-        "NAME", "BACKEND", "SNAPSHOT", "READY", "SNAPSHOT ID"
+        "{:<24} {:<8} {:<8} {:<6} {:<40} {:<32} ORPHANS",
+        "NAME", "BACKEND", "SNAPSHOT", "READY", "SNAPSHOT ID", "ENGINE"
     );
     for r in rows {
         let backend = serde_json::to_value(&r.state.backend)
             .ok()
             .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(String::from))
             .unwrap_or_default();
+        let engine_of = |b: &berth::sandbox::BackendState| {
+            b.fields
+                .get("engine")
+                .or_else(|| b.fields.get("docker_host"))
+                .and_then(|e| e.as_str())
+                .unwrap_or("-")
+                .to_string()
+        };
+        let orphans: Vec<String> = r
+            .state
+            .orphans
+            .iter()
+            .map(|o| {
+                let id = o
+                    .backend
+                    .fields
+                    .get("container_id")
+                    .and_then(|c| c.as_str())
+                    .unwrap_or("?");
+                format!("{} on {}", &id[..id.len().min(12)], engine_of(&o.backend))
+            })
+            .collect();
         println!(
-            "{:<24} {:<8} {:<8} {:<6} {:<40}",
+            "{:<24} {:<8} {:<8} {:<6} {:<40} {:<32} {}",
             r.name,
             backend,
             r.state.snapshot.kind,
             r.state.workspace_root_ready,
-            r.state.snapshot.id
+            r.state.snapshot.id,
+            engine_of(&r.state.backend),
+            if orphans.is_empty() {
+                "-".to_string()
+            } else {
+                orphans.join(", ")
+            }
         );
     }
     Ok(ExitCode::SUCCESS)

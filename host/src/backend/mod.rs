@@ -104,6 +104,16 @@ pub enum BackendError {
         #[source]
         source: bollard::errors::Error,
     },
+    /// An image could not be pulled onto the engine.
+    #[error("pulling image {image} from registry {registry} failed: {message}")]
+    ImagePull {
+        /// The image (with its tag or digest).
+        image: String,
+        /// The registry it was pulled from.
+        registry: String,
+        /// The engine's or registry's answer, and what to do.
+        message: String,
+    },
     /// Options or run arguments that cannot be honoured.
     #[error("{backend}: {message}")]
     Config {

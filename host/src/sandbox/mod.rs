@@ -18,6 +18,8 @@
 //! restored; and [`Sandbox::stop`] refuses to persist a workspace whose
 //! lineage does not match the snapshot it would replace.
 
+#[cfg(feature = "docker")]
+mod moving;
 pub mod sealing;
 pub mod snapshot_binding;
 pub mod state;
@@ -30,8 +32,10 @@ use std::time::Duration;
 use tokio::io::AsyncRead;
 
 pub use crate::backend::BackendState;
+#[cfg(feature = "docker")]
+pub use moving::OrphanCleanup;
 pub use snapshot_binding::SnapshotSpec;
-pub use state::{SandboxState, SnapshotState, WorkspaceLineage};
+pub use state::{Orphan, SandboxState, SnapshotState, WorkspaceLineage};
 pub use state_file::{StateFile, StateLock};
 
 use crate::backend::{Backend, BackendError, ExecRequest, ExecResult, Provisioned};
@@ -117,6 +121,15 @@ pub enum SandboxError {
         /// What happened.
         reason: String,
     },
+    /// A sandbox cannot move to another engine (see
+    /// [`SandboxClient::resume_on_engine`]); nothing was changed.
+    #[error("cannot move the sandbox to {engine}: {reason}")]
+    Move {
+        /// The engine it was to move to.
+        engine: String,
+        /// Why not, and what to do.
+        reason: String,
+    },
     /// Host-side file work (spooling) failed.
     #[error("{what}")]
     Io {
@@ -198,6 +211,10 @@ pub struct SandboxOptions {
     /// cannot break it). By default, on (backends that cannot pause ignore
     /// it).
     pub freeze_during_stop: bool,
+    /// Told how image pulls go (a Docker sandbox pulls its image when the
+    /// engine lacks it). By default, nobody.
+    #[cfg(feature = "docker")]
+    pub pull_progress: Option<crate::backend::docker::PullProgress>,
 }
 
 impl Default for SandboxOptions {
@@ -210,6 +227,8 @@ impl Default for SandboxOptions {
             compression: false,
             spool_dir: None,
             freeze_during_stop: true,
+            #[cfg(feature = "docker")]
+            pull_progress: None,
         }
     }
 }
@@ -1196,7 +1215,7 @@ impl SandboxClient {
                 ))
             }
             #[cfg(feature = "docker")]
-            BackendSpec::Docker(options) => {
+            BackendSpec::Docker(docker) => {
                 let root = workspace.root.trim_end_matches('/').to_string();
                 let binds = workspace
                     .bind_mounts()?
@@ -1206,8 +1225,15 @@ impl SandboxClient {
                         format!("{}:{root}/{}{ro}", host.display(), rel.display())
                     })
                     .collect();
-                let state = options.into_state(&session_id, &workspace.root, binds);
-                Box::new(crate::backend::docker::DockerBackend::connect(state, &session_id).await?)
+                let state = docker.into_state(&session_id, &workspace.root, binds);
+                Box::new(
+                    crate::backend::docker::DockerBackend::connect(
+                        state,
+                        &session_id,
+                        options.pull_progress.clone(),
+                    )
+                    .await?,
+                )
             }
             BackendSpec::Custom(backend) => backend,
         };
@@ -1219,6 +1245,7 @@ impl SandboxClient {
             snapshot: snap_state,
             workspace_root_ready: false,
             lineage: None,
+            orphans: Vec::new(),
         };
         Ok(Sandbox::new(state, backend, snap, options))
     }
@@ -1242,6 +1269,7 @@ impl SandboxClient {
                 crate::backend::docker::DockerBackend::connect(
                     state.backend.decode()?,
                     &state.session_id,
+                    options.pull_progress.clone(),
                 )
                 .await?,
             ),

@@ -94,6 +94,22 @@ pub struct SandboxState {
     /// versions before 0.2, and before the first start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lineage: Option<WorkspaceLineage>,
+    /// Backend instances the sandbox left behind when it moved while their
+    /// engine did not answer; removed by
+    /// [`crate::sandbox::SandboxClient::remove_orphans`] once it does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orphans: Vec<Orphan>,
+}
+
+/// A backend instance (a container on an engine that did not answer) that
+/// a sandbox left behind when it moved. It never writes the sandbox's
+/// snapshot again: the state no longer points at it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Orphan {
+    /// The instance's backend state, as it was when the sandbox moved.
+    pub backend: BackendState,
+    /// Why it was left (the engine's error).
+    pub reason: String,
 }
 
 impl SandboxState {

@@ -7,10 +7,20 @@
 //! workspace from the snapshot). Any other error (daemon down, timeout,
 //! permission) is returned and never triggers a re-create.
 //!
+//! Engines: a sandbox records which engine it runs on (an endpoint or a
+//! Docker context, resolved as the docker CLI resolves them; TCP with
+//! mutual TLS), and pulls its image when the engine lacks it (see
+//! [`PullPolicy`]).
+//!
 //! Secure defaults: network `none`, all capabilities dropped,
 //! `no-new-privileges`, a pids limit, an init that reaps zombies.
 
+mod config;
+mod engine;
+mod pull;
 pub mod run_args;
+
+pub use pull::{PullPolicy, PullProgress, PullProgressFn, PullStatus};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -43,9 +53,6 @@ pub const KIND: &str = "docker";
 /// Default pids limit when run arguments do not set one.
 pub const DEFAULT_PIDS_LIMIT: i64 = 1024;
 
-/// How long to wait for the daemon to answer a ping.
-const PING_TIMEOUT: Duration = Duration::from_secs(10);
-
 fn default_root() -> String {
     crate::workspace::spec::DEFAULT_ROOT.to_string()
 }
@@ -64,7 +71,7 @@ pub struct DockerState {
     pub container_id: Option<String>,
     /// Container name (`berth-<session>` by default).
     pub container_name: String,
-    /// Image (must exist locally).
+    /// Image (pulled as [`DockerState::pull`] says).
     pub image: String,
     /// Workspace root inside the container.
     #[serde(default = "default_root")]
@@ -93,12 +100,73 @@ pub struct DockerState {
     /// Bind mounts (`host:container[:ro]`), from the workspace manifest.
     #[serde(default)]
     pub binds: Vec<String>,
-    /// Daemon socket (default `$DOCKER_HOST` or /var/run/docker.sock).
+    /// The engine: an endpoint (`unix:///path`, `tcp://HOST:PORT`) or a
+    /// Docker context's name, recorded at create. `None` (state from
+    /// older versions): the docker CLI's defaults at each connect.
+    #[serde(default, alias = "docker_host")]
+    pub engine: Option<String>,
+    /// The directory of `ca.pem`, `cert.pem` and `key.pem` for a TCP
+    /// endpoint (a path, never the keys themselves).
     #[serde(default)]
-    pub docker_host: Option<String>,
+    pub engine_cert_path: Option<PathBuf>,
+    /// When the image is pulled.
+    #[serde(default)]
+    pub pull: PullPolicy,
 }
 
 impl Eq for DockerState {}
+
+/// The engine a sandbox moves to (see
+/// `SandboxClient::resume_on_engine`): an endpoint or a Docker context's
+/// name, and for a `tcp://` endpoint the directory of its TLS files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineChoice {
+    reference: String,
+    cert_path: Option<PathBuf>,
+}
+
+impl EngineChoice {
+    /// The engine `reference` names: `unix:///path`, a socket path,
+    /// `tcp://HOST:PORT`, or a Docker context's name.
+    pub fn new(reference: impl Into<String>) -> Self {
+        EngineChoice {
+            reference: reference.into(),
+            cert_path: None,
+        }
+    }
+    /// The directory of `ca.pem`, `cert.pem` and `key.pem` for a `tcp://`
+    /// endpoint. By default, `$DOCKER_CERT_PATH` (else `~/.docker`) when
+    /// `$DOCKER_TLS_VERIFY` is set; a context brings its own.
+    pub fn tls_cert_path(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cert_path = Some(dir.into());
+        self
+    }
+    /// The reference, as given.
+    pub fn reference(&self) -> &str {
+        &self.reference
+    }
+    /// Whether `state` already runs on this engine.
+    pub fn is_engine_of(&self, state: &DockerState) -> bool {
+        let current = state
+            .engine
+            .clone()
+            .unwrap_or_else(|| engine::current_reference().0);
+        current == self.reference
+    }
+    /// `state` moved to this engine: a new container (not yet created)
+    /// with the same settings, name, workspace and binds.
+    pub fn apply_to(&self, state: &DockerState) -> DockerState {
+        DockerState {
+            container_id: None,
+            engine: Some(self.reference.clone()),
+            engine_cert_path: self
+                .cert_path
+                .clone()
+                .or_else(|| engine::env_cert_dir(&self.reference)),
+            ..state.clone()
+        }
+    }
+}
 
 /// Builder for a new Docker sandbox.
 #[derive(Debug, Clone)]
@@ -123,7 +191,9 @@ impl DockerOptions {
                 additional_run_args: Vec::new(),
                 environment: BTreeMap::new(),
                 binds: Vec::new(),
-                docker_host: None,
+                engine: None,
+                engine_cert_path: None,
+                pull: PullPolicy::Missing,
             },
         }
     }
@@ -173,10 +243,28 @@ impl DockerOptions {
         self.state.container_owned = false;
         self
     }
-    /// The daemon socket (`unix:///path` or a path). By default,
-    /// `$DOCKER_HOST`, else `/var/run/docker.sock`.
-    pub fn docker_host(mut self, host: impl Into<String>) -> Self {
-        self.state.docker_host = Some(host.into());
+    /// The engine: an endpoint (`unix:///path`, a socket path,
+    /// `tcp://HOST:PORT`) or a Docker context's name. By default, what the
+    /// docker CLI would use: `$DOCKER_HOST`, else `$DOCKER_CONTEXT`, else
+    /// the config's current context, else `unix:///var/run/docker.sock`.
+    /// The sandbox's state records it, so later commands reach the same
+    /// engine whatever their environment says.
+    pub fn engine(mut self, engine: impl Into<String>) -> Self {
+        self.state.engine = Some(engine.into());
+        self
+    }
+    /// The directory of `ca.pem`, `cert.pem` and `key.pem` for mutual TLS
+    /// with a `tcp://` engine. By default, `$DOCKER_CERT_PATH` (else
+    /// `~/.docker`) when `$DOCKER_TLS_VERIFY` is set, or the context's
+    /// files; the state records the directory, never the keys.
+    pub fn tls_cert_path(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state.engine_cert_path = Some(dir.into());
+        self
+    }
+    /// When to pull the image from its registry. By default,
+    /// [`PullPolicy::Missing`]: when the engine lacks it.
+    pub fn pull(mut self, policy: PullPolicy) -> Self {
+        self.state.pull = policy;
         self
     }
 
@@ -200,6 +288,25 @@ impl DockerOptions {
         self.state
     }
 
+    /// Records the engine the docker CLI's rules pick now, when none was
+    /// named, with the certificate directory its environment gives.
+    fn with_engine_recorded(mut self) -> Self {
+        match &self.state.engine {
+            None => {
+                let (reference, certs) = engine::current_reference();
+                self.state.engine = Some(reference);
+                if self.state.engine_cert_path.is_none() {
+                    self.state.engine_cert_path = certs;
+                }
+            }
+            Some(reference) if self.state.engine_cert_path.is_none() => {
+                self.state.engine_cert_path = engine::env_cert_dir(reference);
+            }
+            Some(_) => {}
+        }
+        self
+    }
+
     /// The state for session `session_id` with workspace `root` and binds.
     pub(crate) fn into_state(
         mut self,
@@ -207,6 +314,7 @@ impl DockerOptions {
         root: &str,
         binds: Vec<String>,
     ) -> DockerState {
+        self = self.with_engine_recorded();
         if self.state.container_name.is_empty() {
             self.state.container_name = format!("berth-{session_id}");
         }
@@ -221,40 +329,24 @@ pub struct DockerBackend {
     state: DockerState,
     session_id: String,
     docker: Docker,
+    engine: engine::Engine,
+    pull_progress: Option<PullProgress>,
 }
 
-fn unreachable(host: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> BackendError {
-    BackendError::Unreachable {
-        backend: BACKEND,
-        message: format!(
-            "cannot reach the Docker daemon at {host}; start dockerd (`cargo xtask setup` does, as root) or set DOCKER_HOST"
-        ),
-        source: Some(e.into()),
-    }
-}
-
-fn socket_path(state: &DockerState) -> String {
-    let host = state
-        .docker_host
-        .clone()
-        .or_else(|| std::env::var("DOCKER_HOST").ok())
-        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
-    host.strip_prefix("unix://").unwrap_or(&host).to_string()
-}
-
-/// Connects to the daemon and negotiates the API version; fails fast with a
-/// clear error when it is down.
+/// Connects to the engine `state` names and negotiates the API version;
+/// fails fast, naming the engine and what to fix, when it does not answer
+/// (a wrong CA, a missing certificate, nothing listening).
 pub async fn connect(state: &DockerState) -> Result<Docker, BackendError> {
-    let path = socket_path(state);
-    let docker = Docker::connect_with_unix(&path, 600, bollard::API_DEFAULT_VERSION)
-        .map_err(|e| unreachable(&path, e))?;
-    match tokio::time::timeout(PING_TIMEOUT, docker.negotiate_version()).await {
-        Ok(Ok(d)) => Ok(d),
-        Ok(Err(e)) => Err(unreachable(&path, e)),
-        Err(_) => Err(unreachable(
-            &path,
-            format!("no answer within {PING_TIMEOUT:?}"),
-        )),
+    let engine = engine::resolve(state.engine.as_deref(), state.engine_cert_path.as_deref())?;
+    engine::connect(&engine).await
+}
+
+/// How an engine reference (an endpoint or a context name) reads in
+/// messages, resolved as the docker CLI would.
+pub fn describe_engine(reference: Option<&str>) -> String {
+    match engine::resolve(reference, None) {
+        Ok(e) => e.to_string(),
+        Err(_) => format!("engine {}", reference.unwrap_or(engine::DEFAULT_ENDPOINT)),
     }
 }
 
@@ -302,16 +394,96 @@ fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
 
 impl DockerBackend {
-    /// Connects for a sandbox with `state`.
-    pub async fn connect(state: DockerState, session_id: &str) -> Result<Self, BackendError> {
+    /// Connects for a sandbox with `state`; `pull_progress` is told how
+    /// image pulls go.
+    pub async fn connect(
+        state: DockerState,
+        session_id: &str,
+        pull_progress: Option<PullProgress>,
+    ) -> Result<Self, BackendError> {
         // Refuse unsupported run arguments at create, before any daemon work.
         run_args::parse(&state.additional_run_args)?;
-        let docker = connect(&state).await?;
+        let engine = engine::resolve(state.engine.as_deref(), state.engine_cert_path.as_deref())?;
+        let docker = engine::connect(&engine).await?;
         Ok(DockerBackend {
             state,
             session_id: session_id.to_string(),
             docker,
+            engine,
+            pull_progress,
         })
+    }
+
+    /// Makes sure the image is on the engine, pulling it as the sandbox's
+    /// [`PullPolicy`] says.
+    async fn ensure_image(&self) -> Result<(), BackendError> {
+        let present = match self.docker.inspect_image(&self.state.image).await {
+            Ok(_) => true,
+            Err(e) if is_not_found(&e) => false,
+            Err(e) => return Err(api("inspecting the image", e)),
+        };
+        match (self.state.pull, present) {
+            (PullPolicy::Never, false) => Err(BackendError::Config {
+                backend: BACKEND,
+                message: format!(
+                    "image {} is not on the {} and the pull policy is `never`; pull or import it there, or allow pulls (--pull missing)",
+                    self.state.image, self.engine
+                ),
+            }),
+            (PullPolicy::Always, _) | (PullPolicy::Missing, false) => {
+                let status = pull::pull(
+                    &self.docker,
+                    &self.engine,
+                    &self.state.image,
+                    self.pull_progress.as_ref(),
+                )
+                .await?;
+                tracing::info!(image = %self.state.image, layers = status.layers,
+                    bytes = status.bytes_done, "image pulled");
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The engine this backend talks to, as messages name it.
+    pub fn engine(&self) -> String {
+        self.engine.to_string()
+    }
+
+    /// Whether the sandbox's container exists on the engine (by id, else
+    /// by name), without creating or starting anything.
+    pub async fn container_present(&self) -> Result<bool, BackendError> {
+        for reference in [
+            self.state.container_id.clone(),
+            Some(self.state.container_name.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            match self
+                .docker
+                .inspect_container(
+                    &reference,
+                    None::<bollard::query_parameters::InspectContainerOptions>,
+                )
+                .await
+            {
+                Ok(info) => {
+                    let session = info
+                        .config
+                        .as_ref()
+                        .and_then(|c| c.labels.as_ref())
+                        .and_then(|l| l.get("berth.session"));
+                    if session == Some(&self.session_id) || !self.state.container_owned {
+                        return Ok(true);
+                    }
+                }
+                Err(e) if is_not_found(&e) => continue,
+                Err(e) => return Err(api("inspecting the container", e)),
+            }
+        }
+        Ok(false)
     }
 
     /// The container reference: id when known, else name.
@@ -412,19 +584,7 @@ impl DockerBackend {
             });
         }
         let body = self.create_body()?;
-        if let Err(e) = self.docker.inspect_image(&self.state.image).await {
-            return Err(if is_not_found(&e) {
-                BackendError::Config {
-                    backend: BACKEND,
-                    message: format!(
-                        "image {} is not present locally and Berth does not pull images; import or build it first",
-                        self.state.image
-                    ),
-                }
-            } else {
-                api("inspecting the image", e)
-            });
-        }
+        self.ensure_image().await?;
         let options = CreateContainerOptionsBuilder::new()
             .name(&self.state.container_name)
             .build();
