@@ -355,7 +355,7 @@ fn images_are_pulled_from_the_registry_and_pull_never_refuses() {
 
     let (_, err) = ok(create("pulled", &[]), "create with a pull");
     assert!(
-        err.contains(&format!("pulled {}: 1 layers", e.image)),
+        err.contains(&format!("pulled {}: 1 layer, ", e.image)),
         "{err}"
     );
     assert!(docker2(&e, &["image", "inspect", &e.image])
@@ -366,6 +366,15 @@ fn images_are_pulled_from_the_registry_and_pull_never_refuses() {
         "exec",
     );
     assert_eq!(out, "ok\n");
+    // A removed container is re-created on resume, and its image pulled
+    // again when the engine lost it too.
+    let id = berth_tests::container_id(&berth_state(&home, "pulled"));
+    assert!(docker2(&e, &["rm", "-f", &id]).status.success());
+    assert!(docker2(&e, &["rmi", "-f", &e.image]).status.success());
+    let out = berth_env(&home, &["exec", "pulled", "--", "echo back"], &[]);
+    let (stdout, err) = ok(out, "exec after the container and image were removed");
+    assert_eq!(stdout, "back\n");
+    assert!(err.contains(&format!("pulled {}", e.image)), "{err}");
     // Present now: `missing` does not pull again, `always` does.
     let (_, err) = ok(create("again", &[]), "create, image present");
     assert!(!err.contains("pulled"), "{err}");

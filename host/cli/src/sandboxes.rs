@@ -116,9 +116,10 @@ fn pull_progress() -> PullProgress {
                 bar.finish_and_clear();
             }
             eprintln!(
-                "pulled {}: {} layers, {:.1} MiB in {:.1} s",
+                "pulled {}: {} layer{}, {:.1} MiB in {:.1} s",
                 status.image,
                 status.layers,
+                if status.layers == 1 { "" } else { "s" },
                 mib(status.bytes_done),
                 started.elapsed().as_secs_f64()
             );
@@ -138,12 +139,12 @@ fn pull_progress() -> PullProgress {
             );
             bar
         });
-        bar.set_length(status.bytes_total.max(status.bytes_done));
-        bar.set_position(status.bytes_done);
         bar.set_message(format!(
             "{} ({}/{} layers)",
             status.image, status.layers_done, status.layers
         ));
+        bar.set_length(status.bytes_total.max(status.bytes_done));
+        bar.set_position(status.bytes_done);
     }))
 }
 

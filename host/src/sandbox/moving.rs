@@ -57,6 +57,21 @@ impl SandboxClient {
     ///
     /// Hold the sandbox's lock (across processes, its `StateLock`), and
     /// save the returned sandbox's state.
+    ///
+    /// ```no_run
+    /// use berth::backend::docker::EngineChoice;
+    /// use berth::sandbox::{SandboxClient, SandboxState};
+    /// # async fn f(json: &str) -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = SandboxClient::new("/var/lib/my-agent/berth");
+    /// let state = SandboxState::from_json(json)?;
+    /// let target = EngineChoice::new("tcp://gpu2.internal:2376").tls_cert_path("/etc/berth/gpu2");
+    /// let mut sandbox = client
+    ///     .resume_on_engine(state, &target, None, Default::default())
+    ///     .await?;
+    /// sandbox.start().await?; // restored there from the shared snapshot
+    /// let moved = sandbox.state(); // names the new engine, and any orphan left
+    /// # let _ = moved; Ok(()) }
+    /// ```
     pub async fn resume_on_engine(
         &self,
         state: SandboxState,
