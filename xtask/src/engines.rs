@@ -27,6 +27,17 @@ const REGISTRY_ADDR: &str = "127.0.0.1:5055";
 /// Where the tests find the engine, its certificates and the registry.
 pub(crate) const ENV_FILE: &str = "/tmp/berth-engine2/engine.env";
 
+/// Installs Debian's `package` unless `tool` is on PATH.
+fn apt_install(tool: &str, package: &str) -> Result<()> {
+    if have(tool) {
+        return Ok(());
+    }
+    run(Command::new("apt-get").arg("update").arg("-qq"))?;
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", "-qq", package]))
+}
+
 fn answers(addr: &str) -> bool {
     addr.parse()
         .ok()
@@ -50,6 +61,7 @@ fn make_certificates() -> Result<()> {
     if Path::new(DIR).join("client/key.pem").exists() {
         return Ok(());
     }
+    apt_install("openssl", "openssl")?;
     let script = r#"
 set -e
 cd "$1"
@@ -116,11 +128,7 @@ fn second_engine() -> Result<()> {
 
 /// Starts the registry and pushes the test image into it.
 fn registry() -> Result<()> {
-    if !have("docker-registry") {
-        run(Command::new("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["install", "-y", "-qq", "docker-registry"]))?;
-    }
+    apt_install("docker-registry", "docker-registry")?;
     let log = format!("{REGISTRY_DIR}/registry.log");
     if !answers(REGISTRY_ADDR) {
         std::fs::create_dir_all(Path::new(REGISTRY_DIR).join("data"))?;
