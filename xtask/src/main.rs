@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod agent;
 mod docker;
 mod engines;
 mod garage;
@@ -19,6 +20,7 @@ mod process;
 
 use anyhow::{bail, Result};
 
+use agent::build_agent;
 use docker::{docker_required, docker_setup};
 use engines::engines_setup;
 use garage::garage_setup;
@@ -32,6 +34,7 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("setup") => setup(&root),
         Some("build-guests") => build_guests(&root),
+        Some("build-agent") => build_agent(&root),
         Some("demo") => {
             // Only what the demo uses: the wasm target, the Rust guests and
             // the host. The Docker half runs when an engine answers.
@@ -42,12 +45,14 @@ fn main() -> Result<()> {
         Some("test") => {
             setup(&root)?;
             build_guests(&root)?;
+            build_agent(&root)?;
             test(&root, &args[1..])
         }
         Some("lint") => lint(&root),
         Some("bench") => {
             setup(&root)?;
             build_guests(&root)?;
+            build_agent(&root)?;
             run(Command::new("cargo").current_dir(&root).args([
                 "build",
                 "--package",
@@ -66,6 +71,7 @@ fn main() -> Result<()> {
                 "usage: cargo xtask <setup|build-guests|demo|test|lint|bench>\n\
                  \n  setup         install the wasm32-wasip2 target and tools (idempotent)\
                  \n  build-guests  build guest-examples/* into components\
+                 \n  build-agent   build the in-container agent (static, musl)\
                  \n  demo          build the host and the Rust guests, run the demo example\
                  \n  test          setup + build-guests + the whole test suite\
                  \n  lint          cargo fmt --check and clippy -D warnings\

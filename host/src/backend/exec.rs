@@ -40,6 +40,10 @@ pub struct ExecRequest {
     pub stderr_cap: usize,
     /// Streaming callback.
     pub on_output: Option<OutputCallback>,
+    /// A persistent shell session to run in: its working directory and
+    /// exported variables carry over from one command of the session to
+    /// the next. `None`: a fresh shell in the workspace root.
+    pub session: Option<String>,
 }
 
 impl ExecRequest {
@@ -52,7 +56,17 @@ impl ExecRequest {
             stdout_cap: DEFAULT_OUTPUT_CAP,
             stderr_cap: DEFAULT_OUTPUT_CAP,
             on_output: None,
+            session: None,
         }
+    }
+
+    /// Runs in the persistent shell session `name` (created by its first
+    /// command): `cd` and `export` in one command hold for the next. By
+    /// default, every command starts in a fresh shell in the workspace
+    /// root. Needs a backend that keeps sessions (Docker with its agent).
+    pub fn in_session(mut self, name: impl Into<String>) -> Self {
+        self.session = Some(name.into());
+        self
     }
 }
 

@@ -110,6 +110,14 @@ impl Backend for LocalBackend {
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
+        if let Some(name) = &request.session {
+            return Err(BackendError::Config {
+                backend: "local backend",
+                message: format!(
+                    "shell session {name:?}: the local backend runs every command in a fresh shell; sessions need the Docker backend's agent"
+                ),
+            });
+        }
         run_local(&self.state.root_dir, request).await
     }
 

@@ -418,6 +418,9 @@ impl Sandbox {
     }
 
     async fn apply_entries(&mut self, selection: Selection) -> Result<(), SandboxError> {
+        if !entries::selects_any(&self.state.manifest, selection, self.backend.bind_mounts()) {
+            return Ok(());
+        }
         let archive =
             entries::entries_archive(&self.state.manifest, selection, self.backend.bind_mounts());
         self.backend.write_archive(Box::new(archive)).await?;

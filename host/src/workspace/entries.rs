@@ -29,6 +29,18 @@ pub enum BindMounts {
     Skip,
 }
 
+/// Whether the selection writes anything (so an empty archive need not be
+/// sent at all).
+pub fn selects_any(spec: &WorkspaceSpec, selection: Selection, binds: BindMounts) -> bool {
+    spec.flatten().map_or(true, |flat| {
+        flat.iter().any(|f| match (selection, f.entry) {
+            (_, Entry::BindMount { .. }) => binds != BindMounts::Skip,
+            (Selection::All, _) => true,
+            (Selection::EphemeralOnly, _) => f.ephemeral,
+        })
+    })
+}
+
 /// Streams the selected entries as a tar archive.
 pub fn entries_archive(
     spec: &WorkspaceSpec,

@@ -15,6 +15,7 @@
 //! Secure defaults: network `none`, all capabilities dropped,
 //! `no-new-privileges`, a pids limit, an init that reaps zombies.
 
+mod agent;
 mod config;
 mod engine;
 mod pull;
@@ -112,6 +113,10 @@ pub struct DockerState {
     /// When the image is pulled.
     #[serde(default)]
     pub pull: PullPolicy,
+    /// Run commands through the in-container agent (falling back to one
+    /// exec per command when it cannot run).
+    #[serde(default = "yes")]
+    pub agent: bool,
 }
 
 impl Eq for DockerState {}
@@ -194,6 +199,7 @@ impl DockerOptions {
                 engine: None,
                 engine_cert_path: None,
                 pull: PullPolicy::Missing,
+                agent: true,
             },
         }
     }
@@ -259,6 +265,16 @@ impl DockerOptions {
     /// files; the state records the directory, never the keys.
     pub fn tls_cert_path(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state.engine_cert_path = Some(dir.into());
+        self
+    }
+    /// Whether commands run through Berth's agent inside the container (a
+    /// small static binary copied in through the archive API, one
+    /// long-lived exec session for all commands, needed for persistent
+    /// shell sessions). By default, on; when the agent cannot run (no
+    /// binary, a read-only filesystem), commands fall back to one exec
+    /// each, and that is logged once.
+    pub fn agent(mut self, on: bool) -> Self {
+        self.state.agent = on;
         self
     }
     /// When to pull the image from its registry. By default,
@@ -331,6 +347,17 @@ pub struct DockerBackend {
     docker: Docker,
     engine: engine::Engine,
     pull_progress: Option<PullProgress>,
+    agent: tokio::sync::Mutex<AgentSlot>,
+}
+
+/// The agent, as far as this backend knows.
+enum AgentSlot {
+    /// Not started (or its container was re-created or restarted).
+    Untried,
+    /// Running.
+    Running(std::sync::Arc<agent::AgentSession>),
+    /// It cannot run here; commands use one exec each.
+    Unavailable(String),
 }
 
 /// Connects to the engine `state` names and negotiates the API version;
@@ -411,7 +438,40 @@ impl DockerBackend {
             docker,
             engine,
             pull_progress,
+            agent: tokio::sync::Mutex::new(AgentSlot::Untried),
         })
+    }
+
+    /// The running agent session, started on first use; `Err` says why
+    /// commands use plain execs instead (logged the first time).
+    async fn agent_session(&self) -> Result<std::sync::Arc<agent::AgentSession>, String> {
+        let mut slot = self.agent.lock().await;
+        match &*slot {
+            AgentSlot::Running(s) if s.is_alive() => return Ok(s.clone()),
+            AgentSlot::Unavailable(why) => return Err(why.clone()),
+            _ => {}
+        }
+        if !self.state.agent {
+            return Err("the sandbox was created without the agent".into());
+        }
+        match agent::AgentSession::start(&self.docker, &self.target()).await {
+            Ok(session) => {
+                let session = std::sync::Arc::new(session);
+                *slot = AgentSlot::Running(session.clone());
+                Ok(session)
+            }
+            Err(why) => {
+                tracing::warn!(container = %self.target(), reason = %why,
+                    "the in-container agent cannot run; commands fall back to one docker exec each");
+                *slot = AgentSlot::Unavailable(why.to_string());
+                Err(why.to_string())
+            }
+        }
+    }
+
+    /// Forgets the agent (its container was re-created or restarted).
+    async fn reset_agent(&self) {
+        *self.agent.lock().await = AgentSlot::Untried;
     }
 
     /// Makes sure the image is on the engine, pulling it as the sandbox's
@@ -707,14 +767,7 @@ impl DockerBackend {
         );
         let (stdout, stdout_dropped) = stdout.finish();
         let (mut stderr, stderr_dropped) = stderr.finish();
-        if exit_code == 137 && !timed_out {
-            if let Some(limit) = self.state.memory_size_bytes {
-                stderr.push_str(&format!(
-                    "\nberth: the command was killed (SIGKILL, exit 137); with a memory limit of {limit} bytes \
-                     this is most likely the out-of-memory killer: raise the sandbox's memory limit"
-                ));
-            }
-        }
+        self.explain_oom(exit_code, timed_out, &mut stderr);
         if timed_out {
             stderr.push_str(&format!(
                 "\ncommand timed out after {:?} and was killed",
@@ -731,6 +784,19 @@ impl DockerBackend {
             timed_out,
             duration_ms: started.elapsed().as_millis() as u64,
         })
+    }
+
+    /// Says, after a SIGKILL under a memory limit, that the out-of-memory
+    /// killer most likely ended the command.
+    fn explain_oom(&self, exit_code: i32, timed_out: bool, stderr: &mut String) {
+        if exit_code == 137 && !timed_out {
+            if let Some(limit) = self.state.memory_size_bytes {
+                stderr.push_str(&format!(
+                    "\nberth: the command was killed (SIGKILL, exit 137); with a memory limit of {limit} bytes \
+                     this is most likely the out-of-memory killer: raise the sandbox's memory limit"
+                ));
+            }
+        }
     }
 
     /// The current container id.
@@ -769,6 +835,7 @@ impl Backend for DockerBackend {
         let Some(info) = found else {
             tracing::info!(name = %self.state.container_name, "container gone; creating it again");
             self.state.container_id = None;
+            self.reset_agent().await;
             self.create().await?;
             return Ok(Provisioned::Created);
         };
@@ -794,6 +861,12 @@ impl Backend for DockerBackend {
         }
         self.state.container_id = info.id.clone();
         let status = info.state.and_then(|s| s.status);
+        if !matches!(
+            status,
+            Some(ContainerStateStatusEnum::RUNNING) | Some(ContainerStateStatusEnum::PAUSED)
+        ) {
+            self.reset_agent().await;
+        }
         let target = self.target();
         let resumed = match status {
             Some(ContainerStateStatusEnum::RUNNING) => Ok(()),
@@ -853,23 +926,71 @@ impl Backend for DockerBackend {
     }
 
     async fn prepare_root(&mut self) -> Result<(), BackendError> {
-        let r = self
-            .helper(
-                vec![
-                    "mkdir".into(),
-                    "-p".into(),
-                    self.state.workspace_root.clone(),
-                ],
-                Duration::from_secs(30),
-            )
-            .await?;
-        if r.exit_code != 0 {
-            return Err(op("creating the workspace root", r.stderr));
+        // Through the archive API, no exec: a tar holding the root alone,
+        // owned by the container's user (`copyUIDGID`, as the daemon reads
+        // it from the container's own user database), parents as needed.
+        let relative = self.state.workspace_root.trim_matches('/');
+        if relative.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(0o755);
+        header.set_size(0);
+        header.set_mtime(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        );
+        let bytes = tar
+            .append_data(&mut header, format!("{relative}/"), std::io::empty())
+            .and_then(|()| tar.into_inner())
+            .map_err(|e| op("creating the workspace root", e))?;
+        let options = UploadToContainerOptionsBuilder::new()
+            .path("/")
+            .copy_uidgid("1")
+            .no_overwrite_dir_non_dir("1")
+            .build();
+        self.docker
+            .upload_to_container(
+                &self.target(),
+                Some(options),
+                bollard::body_full(bytes::Bytes::from(bytes)),
+            )
+            .await
+            .map_err(|e| api("creating the workspace root", e))
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
+        let unavailable = match self.agent_session().await {
+            Ok(session) => {
+                return match session.run(&request, &self.state.workspace_root).await {
+                    Ok(mut result) => {
+                        self.explain_oom(result.exit_code, result.timed_out, &mut result.stderr);
+                        Ok(result)
+                    }
+                    Err(why) => {
+                        // The next command starts a new session.
+                        self.reset_agent().await;
+                        Err(op(
+                            "running the command through the in-container agent",
+                            why,
+                        ))
+                    }
+                };
+            }
+            Err(why) => why,
+        };
+        if let Some(name) = &request.session {
+            return Err(BackendError::Config {
+                backend: BACKEND,
+                message: format!(
+                    "shell session {name:?} needs the in-container agent, which is not running here ({unavailable})"
+                ),
+            });
+        }
         let pidfile = format!("/tmp/.berth-exec-{:x}", crate::random_id::random_u64());
         let cmd = vec![
             "sh".to_string(),
@@ -885,8 +1006,15 @@ impl Backend for DockerBackend {
         // On timeout, kill the command's whole process group inside the
         // container (the exec's shell leads its own group).
         if matches!(&result, Ok(r) if r.timed_out) {
-            let kill =
-                format!("pg=$(cat '{pidfile}' 2>/dev/null) && kill -9 -$pg; rm -f '{pidfile}'");
+            // Stop then kill the group, round after round, so a loop that
+            // forks cannot outrun one kill.
+            // Shell builtins only: a command that filled the pids limit
+            // leaves no room to fork helpers.
+            let kill = format!(
+                "read pg < '{pidfile}' || exit 0; i=0; while [ $i -lt 200 ]; do \
+                 kill -STOP -$pg 2>/dev/null; kill -9 -$pg 2>/dev/null || break; i=$((i+1)); done; \
+                 rm -f '{pidfile}'"
+            );
             if let Err(e) = self
                 .helper(
                     vec!["sh".into(), "-c".into(), kill],
@@ -960,6 +1088,7 @@ impl Backend for DockerBackend {
             Err(e) => return Err(api("removing the container", e)),
         }
         self.state.container_id = None;
+        self.reset_agent().await;
         Ok(())
     }
 

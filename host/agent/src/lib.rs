@@ -1,0 +1,431 @@
+//! The protocol between Berth's host and its in-container agent: framed
+//! messages over the stdin and stdout of one long-lived exec session.
+//!
+//! A frame is a 4-byte big-endian length (of what follows), a kind byte,
+//! a 4-byte big-endian command id, and a payload. Both sides bound frames
+//! by [`MAX_FRAME`]; a frame over it, an unknown kind or a payload that
+//! does not decode ends the session with an error, since nothing after it
+//! can be trusted to be in step.
+//!
+//! The host sends [`Kind::Run`] (a [`RunRequest`]) and [`Kind::Kill`]; the
+//! agent answers [`Kind::Hello`] once, then per command any number of
+//! [`Kind::Stdout`] and [`Kind::Stderr`] chunks and one [`Kind::Exit`] (an
+//! [`ExitReport`]) or [`Kind::Error`].
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::io::{self, Write};
+
+/// The protocol version the agent announces in its hello.
+pub const VERSION: u32 = 1;
+
+/// The largest frame either side accepts (length field included).
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// The largest output chunk the agent sends in one frame.
+pub const CHUNK: usize = 64 * 1024;
+
+/// Where the host puts the agent in a container.
+pub const AGENT_PATH: &str = "/.berth/agent";
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Host → agent: run a command ([`RunRequest`]).
+    Run = 1,
+    /// Host → agent: kill a command and everything it started.
+    Kill = 2,
+    /// Agent → host: ready; the payload is [`VERSION`].
+    Hello = 10,
+    /// Agent → host: a chunk of a command's stdout.
+    Stdout = 11,
+    /// Agent → host: a chunk of a command's stderr.
+    Stderr = 12,
+    /// Agent → host: a command ended ([`ExitReport`]).
+    Exit = 13,
+    /// Agent → host: a command could not run; the payload is the reason.
+    Error = 14,
+}
+
+impl Kind {
+    fn from_byte(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Run,
+            2 => Kind::Kill,
+            10 => Kind::Hello,
+            11 => Kind::Stdout,
+            12 => Kind::Stderr,
+            13 => Kind::Exit,
+            14 => Kind::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// One message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// What it carries.
+    pub kind: Kind,
+    /// The command it is about (0 for the hello).
+    pub id: u32,
+    /// Its payload.
+    pub payload: Vec<u8>,
+}
+
+/// Why a byte stream is not a valid frame sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// A frame's length is over [`MAX_FRAME`] or under its header.
+    BadLength(usize),
+    /// A kind byte that names nothing.
+    UnknownKind(u8),
+    /// A payload that does not decode as its kind's.
+    BadPayload(&'static str),
+}
+
+impl std::fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProtocolError::BadLength(n) => {
+                write!(f, "a frame of {n} bytes (the limit is {MAX_FRAME})")
+            }
+            ProtocolError::UnknownKind(k) => write!(f, "a frame of unknown kind {k}"),
+            ProtocolError::BadPayload(what) => write!(f, "an unreadable {what} payload"),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+impl Frame {
+    /// A frame.
+    pub fn new(kind: Kind, id: u32, payload: Vec<u8>) -> Self {
+        Frame { kind, id, payload }
+    }
+
+    /// The frame's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let len = 1 + 4 + self.payload.len();
+        let mut out = Vec::with_capacity(4 + len);
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+        out.push(self.kind as u8);
+        out.extend_from_slice(&self.id.to_be_bytes());
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// Writes the frame and flushes.
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        w.write_all(&self.encode())?;
+        w.flush()
+    }
+}
+
+/// Splits a byte stream, fed in pieces of any size, into frames.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+}
+
+impl Decoder {
+    /// An empty decoder.
+    pub fn new() -> Self {
+        Decoder::default()
+    }
+
+    /// Adds bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next whole frame, if one has arrived. An error means the stream
+    /// is broken for good.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, ProtocolError> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        if !(5..=MAX_FRAME - 4).contains(&len) {
+            return Err(ProtocolError::BadLength(len));
+        }
+        let kind = Kind::from_byte(self.buf[4]).ok_or(ProtocolError::UnknownKind(self.buf[4]))?;
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let id = u32::from_be_bytes([self.buf[5], self.buf[6], self.buf[7], self.buf[8]]);
+        let payload = self.buf[9..4 + len].to_vec();
+        self.buf.drain(..4 + len);
+        Ok(Some(Frame { kind, id, payload }))
+    }
+
+    /// Bytes received but not yet a whole frame.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Reads frames from a blocking reader (the agent's stdin).
+pub fn read_frame(r: &mut impl io::Read) -> io::Result<Option<Frame>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if !(5..=MAX_FRAME - 4).contains(&n) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            ProtocolError::BadLength(n),
+        ));
+    }
+    let mut rest = vec![0u8; n];
+    r.read_exact(&mut rest)?;
+    let kind = Kind::from_byte(rest[0]).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            ProtocolError::UnknownKind(rest[0]),
+        )
+    })?;
+    let id = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]);
+    Ok(Some(Frame {
+        kind,
+        id,
+        payload: rest[5..].to_vec(),
+    }))
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        self.0.extend_from_slice(b);
+    }
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtocolError> {
+        if self.rest.len() < n {
+            return Err(ProtocolError::BadPayload(self.what));
+        }
+        let (now, later) = self.rest.split_at(n);
+        self.rest = later;
+        Ok(now)
+    }
+    fn u64(&mut self) -> Result<u64, ProtocolError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_be_bytes(a))
+    }
+    fn u32(&mut self) -> Result<u32, ProtocolError> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn string(&mut self) -> Result<String, ProtocolError> {
+        let n = self.u32()? as usize;
+        let b = self.take(n)?;
+        String::from_utf8(b.to_vec()).map_err(|_| ProtocolError::BadPayload(self.what))
+    }
+    fn end(&self) -> Result<(), ProtocolError> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(ProtocolError::BadPayload(self.what))
+        }
+    }
+}
+
+/// A command to run.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunRequest {
+    /// Passed to `sh -c`.
+    pub command: String,
+    /// The working directory.
+    pub cwd: String,
+    /// Variables added to the agent's environment.
+    pub env: Vec<(String, String)>,
+    /// Killed, with everything it started, after this many milliseconds.
+    pub timeout_ms: u64,
+    /// Bytes of stdout to send; the rest is counted.
+    pub stdout_cap: u64,
+    /// Bytes of stderr to send; the rest is counted.
+    pub stderr_cap: u64,
+    /// A persistent shell session to run in (its working directory and
+    /// exported variables carry over between its commands); empty: none.
+    pub session: String,
+}
+
+impl RunRequest {
+    /// The payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.bytes(self.command.as_bytes());
+        w.bytes(self.cwd.as_bytes());
+        w.0.extend_from_slice(&(self.env.len() as u32).to_be_bytes());
+        for (k, v) in &self.env {
+            w.bytes(k.as_bytes());
+            w.bytes(v.as_bytes());
+        }
+        w.u64(self.timeout_ms);
+        w.u64(self.stdout_cap);
+        w.u64(self.stderr_cap);
+        w.bytes(self.session.as_bytes());
+        w.0
+    }
+
+    /// Decodes a payload.
+    pub fn decode(payload: &[u8]) -> Result<Self, ProtocolError> {
+        let mut r = Reader {
+            rest: payload,
+            what: "run",
+        };
+        let command = r.string()?;
+        let cwd = r.string()?;
+        let n = r.u32()? as usize;
+        let mut env = Vec::with_capacity(n.min(4096));
+        for _ in 0..n {
+            env.push((r.string()?, r.string()?));
+        }
+        let req = RunRequest {
+            command,
+            cwd,
+            env,
+            timeout_ms: r.u64()?,
+            stdout_cap: r.u64()?,
+            stderr_cap: r.u64()?,
+            session: r.string()?,
+        };
+        r.end()?;
+        Ok(req)
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExitReport {
+    /// Exit code; 128+N when killed by signal N; 124 on timeout.
+    pub code: i32,
+    /// Whether the timeout (or a kill) ended it.
+    pub timed_out: bool,
+    /// Stdout bytes over the cap, not sent.
+    pub stdout_dropped: u64,
+    /// Stderr bytes over the cap, not sent.
+    pub stderr_dropped: u64,
+}
+
+impl ExitReport {
+    /// The payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.0.extend_from_slice(&self.code.to_be_bytes());
+        w.0.push(self.timed_out as u8);
+        w.u64(self.stdout_dropped);
+        w.u64(self.stderr_dropped);
+        w.0
+    }
+
+    /// Decodes a payload.
+    pub fn decode(payload: &[u8]) -> Result<Self, ProtocolError> {
+        let mut r = Reader {
+            rest: payload,
+            what: "exit",
+        };
+        let code = r.u32()? as i32;
+        let timed_out = match r.take(1)?[0] {
+            0 => false,
+            1 => true,
+            _ => return Err(ProtocolError::BadPayload("exit")),
+        };
+        let report = ExitReport {
+            code,
+            timed_out,
+            stdout_dropped: r.u64()?,
+            stderr_dropped: r.u64()?,
+        };
+        r.end()?;
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_whatever_the_pieces() {
+        let req = RunRequest {
+            command: "echo hi".into(),
+            cwd: "/workspace".into(),
+            env: vec![("A".into(), "b=c".into())],
+            timeout_ms: 5000,
+            stdout_cap: 10,
+            stderr_cap: 20,
+            session: "s1".into(),
+        };
+        let frames = [
+            Frame::new(Kind::Run, 7, req.encode()),
+            Frame::new(Kind::Stdout, 7, b"hello".to_vec()),
+            Frame::new(
+                Kind::Exit,
+                7,
+                ExitReport {
+                    code: -3,
+                    timed_out: true,
+                    stdout_dropped: 1,
+                    stderr_dropped: 2,
+                }
+                .encode(),
+            ),
+        ];
+        let bytes: Vec<u8> = frames.iter().flat_map(Frame::encode).collect();
+        for step in [1, 3, 7, bytes.len()] {
+            let mut d = Decoder::new();
+            let mut got = Vec::new();
+            for piece in bytes.chunks(step) {
+                d.push(piece);
+                while let Some(f) = d.next_frame().unwrap() {
+                    got.push(f);
+                }
+            }
+            assert_eq!(got, frames);
+            assert_eq!(d.pending(), 0);
+        }
+        assert_eq!(RunRequest::decode(&frames[0].payload).unwrap(), req);
+        let exit = ExitReport::decode(&frames[2].payload).unwrap();
+        assert_eq!((exit.code, exit.timed_out), (-3, true));
+        let mut cursor = io::Cursor::new(bytes);
+        assert_eq!(read_frame(&mut cursor).unwrap().unwrap(), frames[0]);
+    }
+
+    #[test]
+    fn oversized_unknown_and_malformed_frames_are_refused() {
+        let mut d = Decoder::new();
+        d.push(&(MAX_FRAME as u32).to_be_bytes());
+        d.push(&[11]);
+        assert_eq!(d.next_frame(), Err(ProtocolError::BadLength(MAX_FRAME)));
+        let mut d = Decoder::new();
+        d.push(&[0, 0, 0, 5, 99, 0, 0, 0, 1]);
+        assert_eq!(d.next_frame(), Err(ProtocolError::UnknownKind(99)));
+        let mut d = Decoder::new();
+        d.push(&[0, 0, 0, 2]);
+        assert_eq!(d.next_frame(), Err(ProtocolError::BadLength(2)));
+        assert!(RunRequest::decode(&[0, 0, 0, 9, b'x']).is_err());
+        assert!(ExitReport::decode(&[0; 3]).is_err());
+        let mut with_trailer = ExitReport::default().encode();
+        with_trailer.push(0);
+        assert!(ExitReport::decode(&with_trailer).is_err());
+    }
+}
