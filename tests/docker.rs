@@ -426,3 +426,77 @@ async fn a_container_of_another_sandbox_is_never_adopted_by_name() {
     assert!(err.contains("belongs to Berth session"), "{err}");
     first.shutdown().await.unwrap();
 }
+
+/// A restore streams in one pass, extracting while it validates: an
+/// archive whose last entry the hydrate policy refuses (after good ones)
+/// must leave the workspace as empty as it was, with no staging left over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_refused_at_its_last_entry_leaves_nothing_behind() {
+    let Some(docker) =
+        docker_or_skip("a_restore_refused_at_its_last_entry_leaves_nothing_behind").await
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let client = SandboxClient::new(dir.path());
+    let snaps = dir.path().join("snaps");
+    let mut sb = client
+        .create(
+            SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::Local {
+                    base_dir: snaps.clone(),
+                })
+                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    sh(&sb, "echo good > a.txt").await;
+    sb.stop().await.unwrap();
+    let mut state = sb.state();
+    // The stored archive replaced by one with good entries first and a
+    // fifo last, sealed as if a stop had written it.
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut add = |path: &str, kind: tar::EntryType, data: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        tar.append_data(&mut h, path, data).unwrap();
+    };
+    add("a.txt", tar::EntryType::Regular, b"bad\n");
+    add("dir/", tar::EntryType::Directory, b"");
+    add("dir/big.bin", tar::EntryType::Regular, &vec![7u8; 3 << 20]);
+    add("dir/fifo", tar::EntryType::Fifo, b"");
+    let bytes = tar.into_inner().unwrap();
+    let stored = std::fs::read_dir(&snaps)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "tar"))
+        .expect("the snapshot file");
+    std::fs::write(&stored, &bytes).unwrap();
+    state.snapshot.digest = Some(format!("blake3:{}", blake3::hash(&bytes).to_hex()));
+    state.snapshot.size = Some(bytes.len() as u64);
+    let id = container_id(&state);
+    docker
+        .remove_container(
+            &id,
+            Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+        )
+        .await
+        .unwrap();
+    let mut sb = resume_from_json(&client, &state).await;
+    let err = sb.start().await.unwrap_err();
+    let text = berth_tests::chain(&err);
+    assert!(text.contains("fifo"), "{text}");
+    let new_id = container_id(&sb.state());
+    assert_ne!(new_id, id);
+    let ls = std::process::Command::new("docker")
+        .args(["exec", &new_id, "ls", "-A", "/workspace"])
+        .output()
+        .unwrap();
+    assert!(ls.status.success(), "{ls:?}");
+    assert_eq!(String::from_utf8_lossy(&ls.stdout), "", "left behind");
+    assert!(!sb.state().workspace_root_ready);
+    sb.shutdown().await.unwrap();
+}

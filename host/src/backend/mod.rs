@@ -196,6 +196,23 @@ pub trait Backend: Send + Sync {
     /// the workspace root.
     async fn write_archive(&self, archive: ArchiveStream) -> Result<(), BackendError>;
 
+    /// A directory name, inside the workspace root, where an archive can be
+    /// extracted while it is still being validated and then moved into
+    /// place with [`Backend::finish_staging`], so a restore takes one pass
+    /// and a bad entry anywhere leaves nothing behind. By default, `None`:
+    /// the lifecycle validates the whole archive before `write_archive`.
+    fn staging_dir(&self) -> Option<String> {
+        None
+    }
+
+    /// Moves what was extracted into `dir` (see [`Backend::staging_dir`])
+    /// into the workspace root, replacing what is there under the same
+    /// names, when `commit`; removes it otherwise.
+    async fn finish_staging(&self, dir: &str, commit: bool) -> Result<(), BackendError> {
+        let _ = (dir, commit);
+        Ok(())
+    }
+
     /// Destroys the resources this sandbox owns (and only those).
     async fn destroy(&mut self) -> Result<(), BackendError>;
 

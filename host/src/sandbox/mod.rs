@@ -308,7 +308,13 @@ impl Sandbox {
 
     /// The one `ensure_running` of a resume.
     async fn ensure_running(&mut self) -> Result<Provisioned, SandboxError> {
+        let started = std::time::Instant::now();
         let provisioned = self.backend.ensure_running().await;
+        tracing::debug!(
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            ?provisioned,
+            "ensure_running"
+        );
         self.refresh_backend_state()?;
         provisioned.map_err(|e| {
             self.running = false;
@@ -509,7 +515,9 @@ impl Sandbox {
             source: e,
         })?;
         drop(capped);
-        self.extract_spooled(spool.path()).await
+        // Merged into the live workspace, as `tar -x` would: validated
+        // whole first (staging replaces top-level names instead).
+        self.extract_spooled(spool.path(), false).await
     }
 
     fn spool_file(&self) -> Result<tempfile::NamedTempFile, SandboxError> {
@@ -525,23 +533,56 @@ impl Sandbox {
         })
     }
 
-    async fn extract_spooled(&self, path: &Path) -> Result<ArchiveStats, SandboxError> {
+    /// Extracts a spooled archive that passes the hydrate policy. With
+    /// `staged` (a restore, which replaces what the workspace holds under
+    /// the archive's names) and a backend that stages, in one pass through
+    /// a staging directory moved into place only if every entry passed and
+    /// removed otherwise; else validated whole first and then streamed.
+    async fn extract_spooled(
+        &self,
+        path: &Path,
+        staged: bool,
+    ) -> Result<ArchiveStats, SandboxError> {
         let limits = self.options.limits;
-        let stats = sealing::validate_spooled(path, limits).await?;
-        let (clean, verdict) = sealing::stream_spooled(path, limits);
+        let staging = if staged {
+            self.backend.staging_dir()
+        } else {
+            None
+        };
+        let validated = match &staging {
+            Some(_) => None,
+            None => Some(sealing::validate_spooled(path, limits).await?),
+        };
+        let (clean, verdict) =
+            sealing::stream_spooled(path, limits, staging.clone().map(PathBuf::from));
         let written = self.backend.write_archive(Box::new(clean)).await;
         let verdict = verdict
             .await
-            .map_err(|e| SandboxError::State(format!("archive filter task: {e}")))?;
-        match (verdict, written) {
+            .map_err(|e| SandboxError::State(format!("archive filter task: {e}")));
+        let outcome = match (verdict, written) {
+            (Err(e), _) => Err(e),
             // The backend stopped reading (its own failure), so the filter
             // could not write: the backend's error is the cause.
-            (Err(ArchiveError::Io(e)), Err(w)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                return Err(w.into())
+            (Ok(Err(ArchiveError::Io(e))), Err(w))
+                if e.kind() == std::io::ErrorKind::BrokenPipe =>
+            {
+                Err(w.into())
             }
-            (Err(v), _) => return Err(v.into()),
-            (Ok(_), w) => w?,
+            (Ok(Err(v)), _) => Err(v.into()),
+            (Ok(Ok(stats)), w) => w.map(|()| stats).map_err(SandboxError::from),
+        };
+        if let Some(dir) = &staging {
+            let finished = self.backend.finish_staging(dir, outcome.is_ok()).await;
+            match (&outcome, finished) {
+                (Ok(_), Err(e)) => return Err(e.into()),
+                (Err(_), Err(e)) => {
+                    tracing::warn!(error = %e, staging = %dir, "removing the staged archive failed; the next restore replaces it")
+                }
+                _ => {}
+            }
         }
+        let stats = outcome?;
+        let stats = validated.unwrap_or(stats);
         tracing::info!(
             entries = stats.entries,
             bytes = stats.bytes,
@@ -567,6 +608,7 @@ impl Sandbox {
                 "of the archive limit (no size was recorded)",
             ),
         };
+        let started = std::time::Instant::now();
         let fetched = tokio::time::timeout(deadline, async {
             let file =
                 tokio::fs::File::create(spool.path())
@@ -636,12 +678,19 @@ impl Sandbox {
         self.state.snapshot.size = Some(fetched.size);
         self.state.snapshot.persist_pending = false;
         self.sync_dedup_record();
-        tokio::time::timeout(deadline, self.extract_spooled(spool.path()))
+        let fetched_at = started.elapsed();
+        tokio::time::timeout(deadline, self.extract_spooled(spool.path(), true))
             .await
             .map_err(|_| SandboxError::Deadline {
                 operation: "restore",
                 seconds: deadline.as_secs(),
             })??;
+        // Where a restore's time goes, for `RUST_LOG=berth=debug`.
+        tracing::debug!(
+            fetch_and_verify_ms = fetched_at.as_secs_f64() * 1e3,
+            extract_ms = (started.elapsed() - fetched_at).as_secs_f64() * 1e3,
+            "restore timings"
+        );
         Ok(())
     }
 

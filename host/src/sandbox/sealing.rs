@@ -9,7 +9,7 @@
 //! still verify.
 
 use std::io::{self, Read, Seek};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -268,6 +268,7 @@ pub async fn validate_spooled(
 pub fn stream_spooled(
     path: &Path,
     limits: ArchiveLimits,
+    prefix: Option<PathBuf>,
 ) -> (
     PipeReader,
     tokio::task::JoinHandle<Result<ArchiveStats, ArchiveError>>,
@@ -284,7 +285,7 @@ pub fn stream_spooled(
             }
         };
         let mut writer = writer;
-        let result = archive::filter(source, Some(&mut writer), limits);
+        let result = archive::filter_under(source, Some(&mut writer), limits, prefix.as_deref());
         match &result {
             Ok(_) => {
                 let _ = writer.finish();

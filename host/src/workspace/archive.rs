@@ -151,8 +151,33 @@ pub fn filter<R: Read, W: Write>(
     sink: Option<W>,
     limits: ArchiveLimits,
 ) -> Result<ArchiveStats, ArchiveError> {
+    filter_under(source, sink, limits, None)
+}
+
+/// [`filter`], with every path of the clean copy (hardlink targets too)
+/// under the directory `prefix`, which comes first (a staging directory a
+/// backend extracts into and moves into place once all of it passed).
+pub fn filter_under<R: Read, W: Write>(
+    source: R,
+    sink: Option<W>,
+    limits: ArchiveLimits,
+    prefix: Option<&Path>,
+) -> Result<ArchiveStats, ArchiveError> {
     let mut archive = tar::Archive::new(source);
     let mut builder = sink.map(tar::Builder::new);
+    let under = |p: &Path| -> PathBuf {
+        match prefix {
+            Some(dir) => dir.join(p),
+            None => p.to_path_buf(),
+        }
+    };
+    if let (Some(b), Some(dir)) = (builder.as_mut(), prefix) {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_size(0);
+        h.set_mode(0o700);
+        b.append_data(&mut h, dir, io::empty())?;
+    }
     let mut symlinks: HashSet<PathBuf> = HashSet::new();
     let mut files: HashSet<PathBuf> = HashSet::new();
     let mut stats = ArchiveStats::default();
@@ -203,7 +228,7 @@ pub fn filter<R: Read, W: Write>(
                     h.set_size(size);
                     h.set_mode(mode);
                     h.set_mtime(mtime);
-                    b.append_data(&mut h, &path, &mut entry)?;
+                    b.append_data(&mut h, under(&path), &mut entry)?;
                 } else {
                     io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
                 }
@@ -216,7 +241,7 @@ pub fn filter<R: Read, W: Write>(
                     h.set_size(0);
                     h.set_mode(mode | 0o700);
                     h.set_mtime(mtime);
-                    b.append_data(&mut h, &path, io::empty())?;
+                    b.append_data(&mut h, under(&path), io::empty())?;
                 }
             }
             T::Symlink => {
@@ -236,7 +261,7 @@ pub fn filter<R: Read, W: Write>(
                     h.set_mtime(mtime);
                     b.append_link(
                         &mut h,
-                        &path,
+                        under(&path),
                         Path::new(std::ffi::OsStr::from_bytes(&target)),
                     )?;
                 }
@@ -259,7 +284,7 @@ pub fn filter<R: Read, W: Write>(
                             h.set_size(0);
                             h.set_mode(mode);
                             h.set_mtime(mtime);
-                            b.append_link(&mut h, &path, &t)?;
+                            b.append_link(&mut h, under(&path), under(&t))?;
                         }
                     }
                     _ => {

@@ -299,3 +299,42 @@ fn hardlinks_are_archived_once_and_come_back_linked() {
     let b = std::fs::metadata(target.path().join("d/b")).unwrap();
     assert_eq!((a.ino(), a.nlink()), (b.ino(), 2));
 }
+
+#[test]
+fn a_clean_copy_under_a_staging_directory_keeps_everything_and_its_links() {
+    let source = tempfile::tempdir().unwrap();
+    let target = tempfile::tempdir().unwrap();
+    std::fs::create_dir(source.path().join("d")).unwrap();
+    std::fs::write(source.path().join("a"), b"content").unwrap();
+    std::fs::hard_link(source.path().join("a"), source.path().join("d/b")).unwrap();
+    std::os::unix::fs::symlink("../a", source.path().join("d/l")).unwrap();
+    let mut tar = Vec::new();
+    write_tar(source.path(), &[], &mut tar).unwrap();
+    let mut clean = Vec::new();
+    let stats = filter_under(
+        &tar[..],
+        Some(&mut clean),
+        ArchiveLimits::default(),
+        Some(Path::new(".stage")),
+    )
+    .unwrap();
+    assert_eq!(
+        stats,
+        filter(&tar[..], None::<std::io::Sink>, ArchiveLimits::default()).unwrap()
+    );
+    unpack_into(&clean[..], target.path()).unwrap();
+    let names: Vec<_> = std::fs::read_dir(target.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, [".stage"], "nothing outside the staging directory");
+    let staged = target.path().join(".stage");
+    let a = std::fs::metadata(staged.join("a")).unwrap();
+    let b = std::fs::metadata(staged.join("d/b")).unwrap();
+    assert_eq!((a.ino(), a.nlink()), (b.ino(), 2));
+    assert_eq!(
+        std::fs::read_link(staged.join("d/l")).unwrap(),
+        Path::new("../a")
+    );
+    assert_eq!(std::fs::read(staged.join("d/l")).unwrap(), b"content");
+}

@@ -43,6 +43,10 @@ const AGENT_LOG_CAP: usize = 16 * 1024;
 #[derive(Debug, Clone)]
 pub(crate) struct AgentUnavailable(pub String);
 
+/// The start of the reason given when no agent binary is installed (an
+/// expected set-up, logged quietly, unlike an agent that fails to run).
+pub(crate) const NO_BINARY: &str = "no berth-agent binary";
+
 impl std::fmt::Display for AgentUnavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -70,7 +74,7 @@ fn agent_tar() -> Result<Arc<Vec<u8>>, AgentUnavailable> {
     TAR.get_or_init(|| {
         let path = agent_binary_path().ok_or_else(|| {
             AgentUnavailable(
-                "no berth-agent binary (set BERTH_AGENT, or put berth-agent beside the program; `cargo xtask build-agent` builds it)".into(),
+                format!("{NO_BINARY} (set BERTH_AGENT, or put berth-agent beside the program; `cargo xtask build-agent` builds it)"),
             )
         })?;
         let meta = std::fs::metadata(&path)

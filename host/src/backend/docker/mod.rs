@@ -348,6 +348,11 @@ pub struct DockerBackend {
     engine: engine::Engine,
     pull_progress: Option<PullProgress>,
     agent: tokio::sync::Mutex<AgentSlot>,
+    /// The container was just created with the workspace root as its
+    /// working directory, which the engine made at start.
+    root_made_at_create: std::sync::atomic::AtomicBool,
+    /// The staging directory of the archive being written, if any.
+    staging: std::sync::Mutex<Option<String>>,
 }
 
 /// The agent, as far as this backend knows.
@@ -439,6 +444,8 @@ impl DockerBackend {
             engine,
             pull_progress,
             agent: tokio::sync::Mutex::new(AgentSlot::Untried),
+            root_made_at_create: std::sync::atomic::AtomicBool::new(false),
+            staging: std::sync::Mutex::new(None),
         })
     }
 
@@ -461,8 +468,12 @@ impl DockerBackend {
                 Ok(session)
             }
             Err(why) => {
-                tracing::warn!(container = %self.target(), reason = %why,
-                    "the in-container agent cannot run; commands fall back to one docker exec each");
+                if why.0.starts_with(agent::NO_BINARY) {
+                    tracing::info!(reason = %why, "no in-container agent; commands run as one docker exec each");
+                } else {
+                    tracing::warn!(container = %self.target(), reason = %why,
+                        "the in-container agent cannot run; commands fall back to one docker exec each");
+                }
                 *slot = AgentSlot::Unavailable(why.to_string());
                 Err(why.to_string())
             }
@@ -476,10 +487,11 @@ impl DockerBackend {
 
     /// Makes sure the image is on the engine, pulling it as the sandbox's
     /// [`PullPolicy`] says.
-    async fn ensure_image(&self) -> Result<(), BackendError> {
-        let present = match self.docker.inspect_image(&self.state.image).await {
-            Ok(_) => true,
-            Err(e) if is_not_found(&e) => false,
+    /// Returns the image's user (its `USER`), once the image is there.
+    async fn ensure_image(&self) -> Result<Option<String>, BackendError> {
+        let (present, user) = match self.docker.inspect_image(&self.state.image).await {
+            Ok(info) => (true, info.config.and_then(|c| c.user)),
+            Err(e) if is_not_found(&e) => (false, None),
             Err(e) => return Err(api("inspecting the image", e)),
         };
         match (self.state.pull, present) {
@@ -500,9 +512,12 @@ impl DockerBackend {
                 .await?;
                 tracing::info!(image = %self.state.image, layers = status.layers,
                     bytes = status.bytes_done, "image pulled");
-                Ok(())
+                match self.docker.inspect_image(&self.state.image).await {
+                    Ok(info) => Ok(info.config.and_then(|c| c.user)),
+                    Err(e) => Err(api("inspecting the pulled image", e)),
+                }
             }
-            _ => Ok(()),
+            _ => Ok(user),
         }
     }
 
@@ -643,8 +658,20 @@ impl DockerBackend {
                 .into(),
             });
         }
-        let body = self.create_body()?;
-        self.ensure_image().await?;
+        let mut body = self.create_body()?;
+        let image_user = self.ensure_image().await?;
+        // For a root user, the engine makes the workspace root itself as
+        // the working directory at start: no call of ours at all.
+        let user = body.user.clone().or(image_user).unwrap_or_default();
+        let root_user = matches!(user.split(':').next(), Some("" | "root" | "0"));
+        let engine_makes_root = root_user
+            && body.working_dir.is_none()
+            && !self.state.workspace_root.trim_matches('/').is_empty();
+        if engine_makes_root {
+            body.working_dir = Some(self.state.workspace_root.clone());
+        }
+        self.root_made_at_create
+            .store(engine_makes_root, std::sync::atomic::Ordering::Relaxed);
         let options = CreateContainerOptionsBuilder::new()
             .name(&self.state.container_name)
             .build();
@@ -926,6 +953,12 @@ impl Backend for DockerBackend {
     }
 
     async fn prepare_root(&mut self) -> Result<(), BackendError> {
+        if self
+            .root_made_at_create
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(());
+        }
         // Through the archive API, no exec: a tar holding the root alone,
         // owned by the container's user (`copyUIDGID`, as the daemon reads
         // it from the container's own user database), parents as needed.
@@ -1056,17 +1089,96 @@ impl Backend for DockerBackend {
     }
 
     async fn write_archive(&self, stream: ArchiveStream) -> Result<(), BackendError> {
+        // Owned by the container's user, whatever the archive says (as its
+        // own commands would have made them).
         let options = UploadToContainerOptionsBuilder::new()
             .path(&self.state.workspace_root)
+            .copy_uidgid("1")
             .build();
         let body = bollard::body_try_stream(tokio_util::io::ReaderStream::with_capacity(
             stream,
             256 * 1024,
         ));
-        self.docker
-            .upload_to_container(&self.target(), Some(options), body)
-            .await
-            .map_err(|e| api("uploading into the container", e))
+        let upload = async {
+            self.docker
+                .upload_to_container(&self.target(), Some(options), body)
+                .await
+                .map_err(|e| api("uploading into the container", e))
+        };
+        let staging = self.staging.lock().map(|s| s.is_some()).unwrap_or(false);
+        let started = Instant::now();
+        let uploaded = if staging && self.state.agent {
+            // A restore: the agent starts while the archive streams, and
+            // then moves the staged workspace into place.
+            let (uploaded, _) = tokio::join!(upload, self.agent_session());
+            uploaded
+        } else {
+            upload.await
+        };
+        tracing::debug!(
+            upload_ms = started.elapsed().as_secs_f64() * 1e3,
+            staging,
+            "archive upload timings"
+        );
+        uploaded
+    }
+
+    fn staging_dir(&self) -> Option<String> {
+        let dir = format!(".berth-staging-{:016x}", crate::random_id::random_u64());
+        if let Ok(mut s) = self.staging.lock() {
+            *s = Some(dir.clone());
+        }
+        Some(dir)
+    }
+
+    async fn finish_staging(&self, dir: &str, commit: bool) -> Result<(), BackendError> {
+        if let Ok(mut s) = self.staging.lock() {
+            *s = None;
+        }
+        // The name is Berth's own ([a-z0-9.-]), safe to quote.
+        let script = format!(
+            "s='{dir}'; [ -d \"$s\" ] || exit 0; \
+             if [ {commit} = true ]; then \
+               for f in \"$s\"/* \"$s\"/.[!.]* \"$s\"/..?*; do \
+                 [ -e \"$f\" ] || [ -L \"$f\" ] || continue; \
+                 n=${{f#\"$s\"/}}; rm -rf -- \"./$n\" && mv -- \"$f\" \"./$n\" || exit 1; \
+               done; \
+             fi; rm -rf -- \"$s\""
+        );
+        let mut request = ExecRequest::new(script, Duration::from_secs(600));
+        request.stdout_cap = 64 * 1024;
+        request.stderr_cap = 64 * 1024;
+        let running = match &*self.agent.lock().await {
+            AgentSlot::Running(s) if s.is_alive() => Some(s.clone()),
+            _ => None,
+        };
+        let started = Instant::now();
+        let result = match running {
+            Some(session) => session
+                .run(&request, &self.state.workspace_root)
+                .await
+                .map_err(|why| op("moving the restored workspace into place", why))?,
+            None => {
+                let cmd = vec!["sh".into(), "-c".into(), request.command.clone()];
+                self.run_exec(cmd, &request, true).await?
+            }
+        };
+        tracing::debug!(
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            commit,
+            "staging finished"
+        );
+        if result.exit_code != 0 {
+            return Err(op(
+                if commit {
+                    "moving the restored workspace into place"
+                } else {
+                    "removing a refused archive's staging directory"
+                },
+                format!("exit {}: {}", result.exit_code, result.stderr.trim()),
+            ));
+        }
+        Ok(())
     }
 
     async fn destroy(&mut self) -> Result<(), BackendError> {
