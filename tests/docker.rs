@@ -498,5 +498,24 @@ async fn a_restore_refused_at_its_last_entry_leaves_nothing_behind() {
     assert!(ls.status.success(), "{ls:?}");
     assert_eq!(String::from_utf8_lossy(&ls.stdout), "", "left behind");
     assert!(!sb.state().workspace_root_ready);
+
+    // A well-formed archive that is not the one persisted: refused by its
+    // digest, checked as it streams, before anything is moved into place.
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(6);
+    h.set_mode(0o644);
+    tar.append_data(&mut h, "other.txt", &b"other\n"[..])
+        .unwrap();
+    let other = tar.into_inner().unwrap();
+    std::fs::write(&stored, &other).unwrap();
+    let mut sb = resume_from_json(&client, &sb.state()).await;
+    let err = sb.start().await.unwrap_err();
+    assert!(matches!(err, SandboxError::DigestMismatch { .. }), "{err}");
+    let ls = std::process::Command::new("docker")
+        .args(["exec", &container_id(&sb.state()), "ls", "-A", "/workspace"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&ls.stdout), "", "left behind");
     sb.shutdown().await.unwrap();
 }

@@ -516,8 +516,8 @@ impl Sandbox {
         })?;
         drop(capped);
         // Merged into the live workspace, as `tar -x` would: validated
-        // whole first (staging replaces top-level names instead).
-        self.extract_spooled(spool.path(), false).await
+        // whole first (a staged restore replaces top-level names instead).
+        self.extract_spooled(spool.path()).await
     }
 
     fn spool_file(&self) -> Result<tempfile::NamedTempFile, SandboxError> {
@@ -533,56 +533,25 @@ impl Sandbox {
         })
     }
 
-    /// Extracts a spooled archive that passes the hydrate policy. With
-    /// `staged` (a restore, which replaces what the workspace holds under
-    /// the archive's names) and a backend that stages, in one pass through
-    /// a staging directory moved into place only if every entry passed and
-    /// removed otherwise; else validated whole first and then streamed.
-    async fn extract_spooled(
-        &self,
-        path: &Path,
-        staged: bool,
-    ) -> Result<ArchiveStats, SandboxError> {
+    /// Extracts a spooled archive after the whole of it passed the
+    /// hydrate policy.
+    async fn extract_spooled(&self, path: &Path) -> Result<ArchiveStats, SandboxError> {
         let limits = self.options.limits;
-        let staging = if staged {
-            self.backend.staging_dir()
-        } else {
-            None
-        };
-        let validated = match &staging {
-            Some(_) => None,
-            None => Some(sealing::validate_spooled(path, limits).await?),
-        };
-        let (clean, verdict) =
-            sealing::stream_spooled(path, limits, staging.clone().map(PathBuf::from));
+        let stats = sealing::validate_spooled(path, limits).await?;
+        let (clean, verdict) = sealing::stream_spooled(path, limits);
         let written = self.backend.write_archive(Box::new(clean)).await;
         let verdict = verdict
             .await
-            .map_err(|e| SandboxError::State(format!("archive filter task: {e}")));
-        let outcome = match (verdict, written) {
-            (Err(e), _) => Err(e),
+            .map_err(|e| SandboxError::State(format!("archive filter task: {e}")))?;
+        match (verdict, written) {
             // The backend stopped reading (its own failure), so the filter
             // could not write: the backend's error is the cause.
-            (Ok(Err(ArchiveError::Io(e))), Err(w))
-                if e.kind() == std::io::ErrorKind::BrokenPipe =>
-            {
-                Err(w.into())
+            (Err(ArchiveError::Io(e)), Err(w)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                return Err(w.into())
             }
-            (Ok(Err(v)), _) => Err(v.into()),
-            (Ok(Ok(stats)), w) => w.map(|()| stats).map_err(SandboxError::from),
-        };
-        if let Some(dir) = &staging {
-            let finished = self.backend.finish_staging(dir, outcome.is_ok()).await;
-            match (&outcome, finished) {
-                (Ok(_), Err(e)) => return Err(e.into()),
-                (Err(_), Err(e)) => {
-                    tracing::warn!(error = %e, staging = %dir, "removing the staged archive failed; the next restore replaces it")
-                }
-                _ => {}
-            }
+            (Err(v), _) => return Err(v.into()),
+            (Ok(_), w) => w?,
         }
-        let stats = outcome?;
-        let stats = validated.unwrap_or(stats);
         tracing::info!(
             entries = stats.entries,
             bytes = stats.bytes,
@@ -591,13 +560,111 @@ impl Sandbox {
         Ok(stats)
     }
 
+    /// Restores the snapshot into the workspace: in one pass through the
+    /// backend's staging directory when it has one (nothing spooled; the
+    /// staged copy is moved into place only once the digest and every entry
+    /// checked out, and removed otherwise), else spooled, verified,
+    /// validated and extracted.
     async fn restore(&mut self) -> Result<(), SandboxError> {
         let deadline = self.options.archive_deadline;
+        let started = std::time::Instant::now();
+        let timed_out = |_| SandboxError::Deadline {
+            operation: "restore",
+            seconds: deadline.as_secs(),
+        };
+        if let Some(dir) = self.backend.staging_dir() {
+            let staged = tokio::time::timeout(deadline, self.restore_staged(&dir))
+                .await
+                .unwrap_or_else(|e| Err(timed_out(e)));
+            let accepted = staged.and_then(|seal| self.accept_seal(seal));
+            let finished = self.backend.finish_staging(&dir, accepted.is_ok()).await;
+            tracing::debug!(
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "restore timings (one pass)"
+            );
+            return match (accepted, finished) {
+                (Ok(()), finished) => finished.map_err(SandboxError::from),
+                (Err(e), Err(f)) => {
+                    tracing::warn!(error = %f, staging = %dir, "removing the staged archive failed; the next restore replaces it");
+                    Err(e)
+                }
+                (Err(e), Ok(())) => Err(e),
+            };
+        }
         let spool = self.spool_file()?;
-        let id = self.snapshot.id().to_string();
-        // Never read more than was persisted: the recorded size, when the
-        // state knows it for sure; otherwise the archive limit.
-        let (cap, why) = match (
+        let fetched = tokio::time::timeout(deadline, async {
+            let file =
+                tokio::fs::File::create(spool.path())
+                    .await
+                    .map_err(|e| SandboxError::Io {
+                        what: "creating the spool file",
+                        source: e,
+                    })?;
+            self.fetch_into(file).await
+        })
+        .await
+        .map_err(timed_out)??;
+        self.accept_seal(fetched)?;
+        let fetched_at = started.elapsed();
+        tokio::time::timeout(deadline, self.extract_spooled(spool.path()))
+            .await
+            .map_err(timed_out)??;
+        // Where a restore's time goes, for `RUST_LOG=berth=debug`.
+        tracing::debug!(
+            fetch_and_verify_ms = fetched_at.as_secs_f64() * 1e3,
+            extract_ms = (started.elapsed() - fetched_at).as_secs_f64() * 1e3,
+            "restore timings"
+        );
+        Ok(())
+    }
+
+    /// Streams the snapshot through the archive filter into the staging
+    /// directory `dir` while it is fetched and digested. Returns the seal;
+    /// the caller checks it before anything is moved into place.
+    async fn restore_staged(&self, dir: &str) -> Result<sealing::Seal, SandboxError> {
+        let (into_filter, from_store) = tokio::io::duplex(1 << 20);
+        let (clean, verdict) =
+            sealing::stream_filtered(from_store, self.options.limits, PathBuf::from(dir));
+        let (fetched, written) = tokio::join!(
+            self.fetch_into(into_filter),
+            self.backend.write_archive(Box::new(clean))
+        );
+        let verdict = verdict
+            .await
+            .map_err(|e| SandboxError::State(format!("archive filter task: {e}")))?;
+        // The first cause wins. A changed archive is reported as such,
+        // whatever the filter made of it; a policy refusal stops the filter
+        // reading, which breaks the fetch; a failed upload stops it
+        // writing; a failed fetch truncates the archive, which the filter
+        // then calls corrupt.
+        if let Ok(seal) = &fetched {
+            self.check_seal(seal)?;
+        }
+        let secondary =
+            |v: &ArchiveError| matches!(v, ArchiveError::Io(_) | ArchiveError::Corrupt(_));
+        match (fetched, verdict, written) {
+            (_, Err(v), _) if !secondary(&v) => Err(v.into()),
+            (_, Err(ArchiveError::Io(e)), Err(w)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                Err(w.into())
+            }
+            (Err(f), _, _) => Err(f),
+            (Ok(_), Err(v), _) => Err(v.into()),
+            (Ok(_), Ok(_), Err(w)) => Err(w.into()),
+            (Ok(seal), Ok(stats), Ok(())) => {
+                tracing::info!(
+                    entries = stats.entries,
+                    bytes = stats.bytes,
+                    "archive extracted (staged)"
+                );
+                Ok(seal)
+            }
+        }
+    }
+
+    /// Never more than was persisted: the recorded size when the state
+    /// knows it for sure, otherwise the archive limit.
+    fn restore_cap(&self) -> (u64, &'static str) {
+        match (
             &self.state.snapshot.digest,
             self.state.snapshot.size,
             self.state.snapshot.persist_pending,
@@ -607,59 +674,66 @@ impl Sandbox {
                 self.options.limits.max_stream_bytes(),
                 "of the archive limit (no size was recorded)",
             ),
+        }
+    }
+
+    /// Fetches the stored archive into `sink` under the restore cap,
+    /// digesting it, and closes `sink`.
+    async fn fetch_into<W: tokio::io::AsyncWrite + Unpin + Send>(
+        &self,
+        sink: W,
+    ) -> Result<sealing::Seal, SandboxError> {
+        let id = self.snapshot.id().to_string();
+        let (cap, why) = self.restore_cap();
+        let capped = CappedWriter::new(sink, cap);
+        let overran = capped.flag();
+        // A deduplicated generation checks every chunk and the tar's
+        // BLAKE3 against its index itself; hashing here too would cost a
+        // pass. (Its whole-archive fallback, with no generation yet, is
+        // hashed here as any archive.)
+        let self_verifying = self
+            .snapshot
+            .as_dedup()
+            .is_some_and(|d| d.record().head().is_some());
+        let writer = if self_verifying {
+            sealing::HashingWriter::counting(capped)
+        } else {
+            sealing::HashingWriter::new(capped, self.state.snapshot.digest.as_deref())
         };
-        let started = std::time::Instant::now();
-        let fetched = tokio::time::timeout(deadline, async {
-            let file =
-                tokio::fs::File::create(spool.path())
-                    .await
-                    .map_err(|e| SandboxError::Io {
-                        what: "creating the spool file",
-                        source: e,
-                    })?;
-            let capped = CappedWriter::new(file, cap);
-            let overran = capped.flag();
-            // A deduplicated generation checks every chunk and the tar's
-            // BLAKE3 against its index itself; hashing here too would cost
-            // a pass. (Its whole-archive fallback, with no generation yet,
-            // is hashed here as any archive.)
-            let self_verifying = self
-                .snapshot
-                .as_dedup()
-                .is_some_and(|d| d.record().head().is_some());
-            let writer = if self_verifying {
-                sealing::HashingWriter::counting(capped)
-            } else {
-                sealing::HashingWriter::new(capped, self.state.snapshot.digest.as_deref())
-            };
-            let mut writer = writer.with_progress(self.options.progress.clone(), "restore");
-            let restored = self.snapshot.restore(&mut writer).await;
-            if overran.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err(SandboxError::SnapshotOverrun {
-                    id: id.clone(),
-                    limit: cap,
-                    why,
-                });
-            }
-            restored?;
-            let seal = writer.seal();
-            if self_verifying {
-                return self.dedup_seal(seal);
-            }
-            Ok::<_, SandboxError>(seal)
-        })
-        .await
-        .map_err(|_| SandboxError::Deadline {
-            operation: "restore",
-            seconds: deadline.as_secs(),
-        })??;
+        let mut writer = writer.with_progress(self.options.progress.clone(), "restore");
+        let restored = self.snapshot.restore(&mut writer).await;
+        if overran.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(SandboxError::SnapshotOverrun {
+                id,
+                limit: cap,
+                why,
+            });
+        }
+        restored?;
+        tokio::io::AsyncWriteExt::shutdown(&mut writer)
+            .await
+            .map_err(|e| SandboxError::Io {
+                what: "closing the restored archive",
+                source: e,
+            })?;
+        let seal = writer.seal();
+        if self_verifying {
+            return self.dedup_seal(seal);
+        }
+        Ok(seal)
+    }
+
+    /// Whether a fetched archive is the one the state recorded (or the
+    /// newer one an interrupted stop committed).
+    fn check_seal(&self, fetched: &sealing::Seal) -> Result<(), SandboxError> {
+        let id = self.snapshot.id().to_string();
         match &self.state.snapshot.digest {
             Some(expected) if *expected != fetched.digest => {
                 if !self.state.snapshot.persist_pending {
                     return Err(SandboxError::DigestMismatch {
                         id,
                         expected: expected.clone(),
-                        actual: fetched.digest,
+                        actual: fetched.digest.clone(),
                     });
                 }
                 // A stop was interrupted after the store committed its
@@ -674,23 +748,16 @@ impl Sandbox {
                 tracing::warn!(snapshot = %id, "no digest recorded for this snapshot; restoring unverified")
             }
         }
+        Ok(())
+    }
+
+    /// Checks a fetched archive's seal and records it in the state.
+    fn accept_seal(&mut self, fetched: sealing::Seal) -> Result<(), SandboxError> {
+        self.check_seal(&fetched)?;
         self.state.snapshot.digest = Some(fetched.digest);
         self.state.snapshot.size = Some(fetched.size);
         self.state.snapshot.persist_pending = false;
         self.sync_dedup_record();
-        let fetched_at = started.elapsed();
-        tokio::time::timeout(deadline, self.extract_spooled(spool.path(), true))
-            .await
-            .map_err(|_| SandboxError::Deadline {
-                operation: "restore",
-                seconds: deadline.as_secs(),
-            })??;
-        // Where a restore's time goes, for `RUST_LOG=berth=debug`.
-        tracing::debug!(
-            fetch_and_verify_ms = fetched_at.as_secs_f64() * 1e3,
-            extract_ms = (started.elapsed() - fetched_at).as_secs_f64() * 1e3,
-            "restore timings"
-        );
         Ok(())
     }
 

@@ -249,6 +249,56 @@ fn open_spooled(path: &Path) -> io::Result<Box<dyn Read + Send>> {
     }
 }
 
+/// A stored archive as a tar reader: zstd-decompressed when it starts
+/// with zstd's magic.
+fn open_stored<R: Read + Send + 'static>(mut source: R) -> io::Result<Box<dyn Read + Send>> {
+    let mut magic = [0u8; 4];
+    let mut n = 0;
+    while n < magic.len() {
+        match source.read(&mut magic[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    let head = io::Cursor::new(magic[..n].to_vec()).chain(source);
+    if n == 4 && magic == ZSTD_MAGIC {
+        Ok(Box::new(zstd::stream::read::Decoder::new(head)?))
+    } else {
+        Ok(Box::new(io::BufReader::with_capacity(256 * 1024, head)))
+    }
+}
+
+/// One pass, no spool: reads the stored archive from `source` as it
+/// arrives and streams a clean copy under the directory `prefix` (a
+/// staging directory the backend moves into place only once everything
+/// checked out). The filter's verdict comes back through the handle.
+pub fn stream_filtered<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
+    source: R,
+    limits: ArchiveLimits,
+    prefix: PathBuf,
+) -> (
+    PipeReader,
+    tokio::task::JoinHandle<Result<ArchiveStats, ArchiveError>>,
+) {
+    let (writer, reader) = byte_pipe::pipe();
+    let runtime = tokio::runtime::Handle::current();
+    let handle = tokio::task::spawn_blocking(move || {
+        let bridge = crate::byte_pipe::BlockingReader::new(source, runtime);
+        let mut writer = writer;
+        let result = open_stored(bridge)
+            .map_err(ArchiveError::Io)
+            .and_then(|tar| archive::filter_under(tar, Some(&mut writer), limits, Some(&prefix)));
+        match &result {
+            Ok(_) => {
+                let _ = writer.finish();
+            }
+            Err(e) => writer.fail(io::Error::other(e.to_string())),
+        }
+        result
+    });
+    (reader, handle)
+}
+
 /// Pass one: validates the whole spooled archive; writes nothing.
 pub async fn validate_spooled(
     path: &Path,
@@ -268,7 +318,6 @@ pub async fn validate_spooled(
 pub fn stream_spooled(
     path: &Path,
     limits: ArchiveLimits,
-    prefix: Option<PathBuf>,
 ) -> (
     PipeReader,
     tokio::task::JoinHandle<Result<ArchiveStats, ArchiveError>>,
@@ -285,7 +334,7 @@ pub fn stream_spooled(
             }
         };
         let mut writer = writer;
-        let result = archive::filter_under(source, Some(&mut writer), limits, prefix.as_deref());
+        let result = archive::filter(source, Some(&mut writer), limits);
         match &result {
             Ok(_) => {
                 let _ = writer.finish();
