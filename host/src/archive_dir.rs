@@ -90,6 +90,7 @@ impl ArchiveDir {
             .map_err(|e| io_error("creating the archive file", temp, e))?;
         let mut buf = vec![0u8; COPY_CHUNK];
         let mut total = 0u64;
+        let started = std::time::Instant::now();
         loop {
             let n = source.read(&mut buf).await.map_err(StoreError::Source)?;
             if n == 0 {
@@ -100,9 +101,17 @@ impl ArchiveDir {
                 .map_err(|e| io_error("writing the archive file", temp, e))?;
             total += n as u64;
         }
+        let written = started.elapsed();
         file.sync_all()
             .await
             .map_err(|e| io_error("syncing the archive file", temp, e))?;
+        // Where a local archive's time goes, for `RUST_LOG=berth=debug`.
+        tracing::debug!(
+            stream_ms = written.as_secs_f64() * 1e3,
+            sync_ms = (started.elapsed() - written).as_secs_f64() * 1e3,
+            bytes = total,
+            "archive written"
+        );
         drop(file);
         let target = self.archive_path(id);
         tokio::fs::rename(temp, &target)

@@ -129,24 +129,84 @@ impl AsyncRead for PipeReader {
     }
 }
 
-/// Reads an async stream from blocking code (the other direction), with
-/// errors passed through.
-pub(crate) struct BlockingReader<R> {
-    inner: R,
-    handle: tokio::runtime::Handle,
-}
+/// Bytes an async stream is read into before blocking code is woken for
+/// them: one thread switch per batch rather than per network chunk.
+const BATCH: usize = 1 << 20;
 
-impl<R: AsyncRead + Unpin> BlockingReader<R> {
-    /// Wraps `inner`; must be used on a blocking thread of `handle`'s runtime.
-    pub(crate) fn new(inner: R, handle: tokio::runtime::Handle) -> Self {
-        BlockingReader { inner, handle }
+/// Reads an async stream from blocking code in batches: a task reads
+/// `inner` into buffers of up to [`BATCH`] bytes and hands them over, so a
+/// stream arriving in small chunks costs a thread switch per batch.
+/// Errors pass through; must be created on a runtime and read from a
+/// blocking thread.
+pub(crate) fn batched_reader<R: AsyncRead + Unpin + Send + 'static>(inner: R) -> BatchedReader {
+    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(DEPTH);
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut inner = inner;
+        loop {
+            let mut buf = Vec::with_capacity(BATCH);
+            let mut ended = false;
+            while buf.len() < BATCH {
+                match inner.read_buf(&mut buf).await {
+                    Ok(0) => {
+                        ended = true;
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                }
+            }
+            if !buf.is_empty() && tx.send(Ok(Bytes::from(buf))).await.is_err() {
+                return;
+            }
+            if ended {
+                // An empty batch marks the end: a reader that sees the
+                // channel close without it knows the stream was cut off.
+                let _ = tx.send(Ok(Bytes::new())).await;
+                return;
+            }
+        }
+    });
+    BatchedReader {
+        rx,
+        current: Bytes::new(),
+        done: false,
     }
 }
 
-impl<R: AsyncRead + Unpin> io::Read for BlockingReader<R> {
+/// The blocking end of [`batched_reader`].
+pub(crate) struct BatchedReader {
+    rx: mpsc::Receiver<io::Result<Bytes>>,
+    current: Bytes,
+    done: bool,
+}
+
+impl io::Read for BatchedReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        use tokio::io::AsyncReadExt;
-        let inner = &mut self.inner;
-        self.handle.block_on(inner.read(out))
+        while self.current.is_empty() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.rx.blocking_recv() {
+                Some(Ok(b)) if b.is_empty() => self.done = true,
+                Some(Ok(b)) => self.current = b,
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                None => {
+                    self.done = true;
+                    return Err(io::Error::other(
+                        "the stream's reader stopped before its end",
+                    ));
+                }
+            }
+        }
+        let n = out.len().min(self.current.len());
+        out[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
     }
 }

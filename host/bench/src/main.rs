@@ -740,11 +740,15 @@ async fn docker_rows(
     let (mut p_ours, mut p_cp, mut r_ours, mut r_cp) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..runs {
+        // Every timed step starts with the disk settled: what the step
+        // before wrote is not flushed on its time.
+        settle();
         let t = Instant::now();
         sb.stop().await?;
         p_ours.push(t.elapsed().as_secs_f64());
         let out = base.join(format!("cp-out-{i}"));
         drop_dir(&out);
+        settle();
         p_cp.push(time_cmd(
             Command::new("docker")
                 .arg("cp")
@@ -758,12 +762,14 @@ async fn docker_rows(
         d.container_id = None;
         d.container_name = format!("{}-r{i}", d.container_name);
         fresh.backend = BackendState::encode(berth::backend::docker::KIND, &d)?;
+        settle();
         let t = Instant::now();
         let mut rb = client.resume(fresh, None, opts()).await?;
         rb.start().await?;
         r_ours.push(t.elapsed().as_secs_f64());
         rb.shutdown().await?;
         let target = format!("berth-bench-cp-{}-{i}", std::process::id());
+        settle();
         let t = Instant::now();
         let started = docker_run_detached(&target, &image)
             .stdout(Stdio::null())

@@ -255,6 +255,10 @@ pub struct CreateArgs {
     /// socket); the sandbox remembers it.
     #[arg(long)]
     engine: Option<String>,
+    /// Run every command as its own docker exec instead of through
+    /// Berth's in-container agent (docker backend; no persistent sessions).
+    #[arg(long)]
+    no_agent: bool,
     /// When to pull the image (docker backend): missing, always or never.
     #[arg(long, default_value = "missing")]
     pull: PullPolicy,
@@ -329,7 +333,8 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
                 .context("--backend docker needs --image")?;
             let mut o = DockerOptions::new(image)
                 .run_args(args.run_args.clone())
-                .pull(args.pull);
+                .pull(args.pull)
+                .agent(!args.no_agent);
             if let Some(e) = &args.engine {
                 o = o.engine(e.clone());
             }

@@ -281,9 +281,8 @@ pub fn stream_filtered<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
     tokio::task::JoinHandle<Result<ArchiveStats, ArchiveError>>,
 ) {
     let (writer, reader) = byte_pipe::pipe();
-    let runtime = tokio::runtime::Handle::current();
+    let bridge = byte_pipe::batched_reader(source);
     let handle = tokio::task::spawn_blocking(move || {
-        let bridge = crate::byte_pipe::BlockingReader::new(source, runtime);
         let mut writer = writer;
         let result = open_stored(bridge)
             .map_err(ArchiveError::Io)

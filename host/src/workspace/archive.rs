@@ -467,15 +467,10 @@ pub async fn extract_stream(
     archive: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
     root: PathBuf,
 ) -> Result<ArchiveStats, ArchiveError> {
-    let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
-        unpack_into(
-            crate::byte_pipe::BlockingReader::new(archive, handle),
-            &root,
-        )
-    })
-    .await
-    .map_err(|e| ArchiveError::Io(io::Error::other(e)))?
+    let source = crate::byte_pipe::batched_reader(archive);
+    tokio::task::spawn_blocking(move || unpack_into(source, &root))
+        .await
+        .map_err(|e| ArchiveError::Io(io::Error::other(e)))?
 }
 
 /// Creates the parent directories of `root/rel` and checks that the parent,

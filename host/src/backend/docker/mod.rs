@@ -42,7 +42,7 @@ use super::exec::{CappedBuffer, TIMEOUT_EXIT_CODE};
 use super::{
     ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, OutputStream, Provisioned,
 };
-use crate::byte_pipe::{self, BlockingReader};
+use crate::byte_pipe;
 use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
 
@@ -1072,9 +1072,8 @@ impl Backend for DockerBackend {
             tokio_util::io::StreamReader::new(stream.map(|r| r.map_err(std::io::Error::other)));
         let (writer, out) = byte_pipe::pipe();
         let exclude = exclude.to_vec();
-        let handle = tokio::runtime::Handle::current();
+        let source = byte_pipe::batched_reader(Box::pin(reader));
         tokio::task::spawn_blocking(move || {
-            let source = BlockingReader::new(Box::pin(reader), handle);
             let mut writer = writer;
             match archive::reroot(source, &mut writer, &exclude) {
                 Ok(_) => {
@@ -1107,14 +1106,11 @@ impl Backend for DockerBackend {
         };
         let staging = self.staging.lock().map(|s| s.is_some()).unwrap_or(false);
         let started = Instant::now();
-        let uploaded = if staging && self.state.agent {
-            // A restore: the agent starts while the archive streams, and
-            // then moves the staged workspace into place.
-            let (uploaded, _) = tokio::join!(upload, self.agent_session());
-            uploaded
-        } else {
-            upload.await
-        };
+        // (Starting the agent alongside a restore's upload was measured:
+        // on two cores it slowed the upload by more than the exec that
+        // moves the staged workspace into place costs. It starts with the
+        // first command instead.)
+        let uploaded = upload.await;
         tracing::debug!(
             upload_ms = started.elapsed().as_secs_f64() * 1e3,
             staging,
