@@ -151,7 +151,10 @@ impl Decoder {
         if !(5..=MAX_FRAME - 4).contains(&len) {
             return Err(ProtocolError::BadLength(len));
         }
-        let kind = Kind::from_byte(self.buf[4]).ok_or(ProtocolError::UnknownKind(self.buf[4]))?;
+        let Some(&kind) = self.buf.get(4) else {
+            return Ok(None);
+        };
+        let kind = Kind::from_byte(kind).ok_or(ProtocolError::UnknownKind(kind))?;
         if self.buf.len() < 4 + len {
             return Ok(None);
         }
@@ -408,6 +411,48 @@ mod tests {
         assert_eq!((exit.code, exit.timed_out), (-3, true));
         let mut cursor = io::Cursor::new(bytes);
         assert_eq!(read_frame(&mut cursor).unwrap().unwrap(), frames[0]);
+    }
+
+    /// Whatever the agent (or anything posing as it) sends, in whatever
+    /// pieces, the decoder answers frames, "not yet" or an error, and never
+    /// panics or buffers past one frame. Seeded, so a failure replays.
+    #[test]
+    fn arbitrary_bytes_in_arbitrary_pieces_never_panic() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for case in 0..2000 {
+            let mut bytes = Vec::new();
+            // Valid frames with corruption sprinkled in, or pure noise.
+            while bytes.len() < 300 {
+                if next() % 3 == 0 {
+                    let n = (next() % 40) as usize;
+                    bytes.extend((0..n).map(|_| next() as u8));
+                } else {
+                    let payload: Vec<u8> = (0..next() % 50).map(|_| next() as u8).collect();
+                    bytes.extend(Frame::new(Kind::Stdout, next() as u32, payload).encode());
+                }
+            }
+            let mut d = Decoder::new();
+            let mut rest = &bytes[..];
+            'feed: while !rest.is_empty() {
+                let n = (1 + next() % 17).min(rest.len() as u64) as usize;
+                d.push(&rest[..n]);
+                rest = &rest[n..];
+                loop {
+                    match d.next_frame() {
+                        Ok(Some(f)) => assert!(f.payload.len() < MAX_FRAME),
+                        Ok(None) => break,
+                        Err(_) => break 'feed,
+                    }
+                }
+                assert!(d.pending() < MAX_FRAME + 17, "case {case}");
+            }
+        }
     }
 
     #[test]
