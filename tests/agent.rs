@@ -264,7 +264,7 @@ async fn commands_fall_back_to_execs_when_the_agent_cannot_run_or_misbehaves() {
     }
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
-    let real_agent = berth_bin().with_file_name("berth-agent");
+    let real_agent = berth_bin().with_file_name("berth-agent-static");
     assert!(real_agent.is_file(), "run `cargo xtask build-agent`");
     let image = test_image();
     let create = |name: &str, agent: &Path, extra: &[&str]| {

@@ -8,6 +8,9 @@ use anyhow::{Context, Result};
 
 use crate::process::{output, run};
 
+/// The file name the library looks for beside the program.
+const STATIC_NAME: &str = "berth-agent-static";
+
 fn musl_target() -> String {
     format!("{}-unknown-linux-musl", std::env::consts::ARCH)
 }
@@ -18,8 +21,10 @@ fn target_dir(root: &Path) -> PathBuf {
         .unwrap_or_else(|| root.join("target"))
 }
 
-/// Builds the agent statically and copies it to `target/debug/berth-agent`
-/// (and `target/release/berth-agent`), beside the `berth` binaries.
+/// Builds the agent statically and copies it to
+/// `target/debug/berth-agent-static` (and `target/release/…`), beside the
+/// `berth` binaries. (Not `berth-agent`: `cargo build --workspace` writes
+/// the host-linked build of the same crate there.)
 pub(crate) fn build_agent(root: &Path) -> Result<()> {
     let target = musl_target();
     let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
@@ -41,7 +46,7 @@ pub(crate) fn build_agent(root: &Path) -> Result<()> {
     for profile in ["debug", "release"] {
         let to = dir.join(profile);
         std::fs::create_dir_all(&to)?;
-        std::fs::copy(&built, to.join("berth-agent"))
+        std::fs::copy(&built, to.join(STATIC_NAME))
             .with_context(|| format!("copying {} into {}", built.display(), to.display()))?;
     }
     let size = std::fs::metadata(&built)?.len();

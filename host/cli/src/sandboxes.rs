@@ -535,16 +535,15 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", result.stdout);
         eprint!("{}", result.stderr);
+        // The library's own notes (a timeout, the OOM killer) end stderr
+        // without a newline.
+        if !result.stderr.is_empty() && !result.stderr.ends_with('\n') {
+            eprintln!();
+        }
         if result.truncated {
             eprintln!(
                 "berth: output truncated ({} stdout and {} stderr bytes dropped)",
                 result.stdout_dropped, result.stderr_dropped
-            );
-        }
-        if result.timed_out {
-            eprintln!(
-                "berth: command timed out after {}s and was killed",
-                args.timeout
             );
         }
     }

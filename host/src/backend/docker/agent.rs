@@ -53,18 +53,22 @@ impl std::fmt::Display for AgentUnavailable {
     }
 }
 
-/// Where the agent binary is: `$BERTH_AGENT`, else `berth-agent` beside
-/// the running program or in its parent directory (where `cargo xtask`
-/// puts it for the CLI and the tests).
+/// Where the agent binary is: `$BERTH_AGENT`, else `berth-agent-static`
+/// (a static build, which runs in any image) beside the running program or
+/// in its parent directory (where `cargo xtask build-agent` puts it for the
+/// CLI and the tests).
 fn agent_binary_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("BERTH_AGENT").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [dir.join("berth-agent"), dir.parent()?.join("berth-agent")]
-        .into_iter()
-        .find(|p| p.is_file())
+    [
+        dir.join("berth-agent-static"),
+        dir.parent()?.join("berth-agent-static"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 /// The agent binary as a tar holding `/.berth/agent`, read once per
@@ -74,7 +78,7 @@ fn agent_tar() -> Result<Arc<Vec<u8>>, AgentUnavailable> {
     TAR.get_or_init(|| {
         let path = agent_binary_path().ok_or_else(|| {
             AgentUnavailable(
-                format!("{NO_BINARY} (set BERTH_AGENT, or put berth-agent beside the program; `cargo xtask build-agent` builds it)"),
+                format!("{NO_BINARY} (set BERTH_AGENT, or put berth-agent-static beside the program; `cargo xtask build-agent` builds it)"),
             )
         })?;
         let meta = std::fs::metadata(&path)
