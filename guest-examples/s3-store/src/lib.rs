@@ -93,10 +93,20 @@ fn log_to_host(message: &str) {
     eprintln!("s3-store: {message}");
 }
 
-/// A request whose body is sent and whose answer is still to come.
-struct Sent {
-    future: wasi::http::types::FutureIncomingResponse,
-    authority: String,
+/// A request whose body is sent and whose answer is still to come (or
+/// came already, while the body was being sent).
+enum Sent {
+    Pending {
+        future: wasi::http::types::FutureIncomingResponse,
+        authority: String,
+    },
+    Answered(Response),
+}
+
+impl Sent {
+    fn answered(resp: Response) -> Self {
+        Sent::Answered(resp)
+    }
 }
 
 enum Attempt {
@@ -177,21 +187,21 @@ impl S3Store {
                 ))))
             }
         };
-        let sent = Sent { future, authority };
+        let sent = Sent::Pending { future, authority };
         if let Some(b) = body {
             if let Err(why) = Self::write_body(&outgoing, b) {
-                // The connection broke under the body, or the store answered
-                // before reading it all: its answer (or the connection's
-                // error) says why, which the body stream cannot.
+                // The body stream closed under us: the connection broke, or
+                // the store had already answered (a small body can be sent
+                // whole and answered before the flush returns). The answer
+                // is what counts: a success is a success (retrying a
+                // completed multipart upload would find it gone), an error
+                // is reported or retried on its own terms.
                 drop(outgoing);
-                return Err(match Self::receive(sent) {
-                    Attempt::Done(resp) => Attempt::Retry(format!(
-                        "{why}; the store answered HTTP {} before reading the whole body",
-                        resp.status
-                    )),
-                    Attempt::Retry(cause) => Attempt::Retry(format!("{why}: {cause}")),
-                    Attempt::Fail(e) => Attempt::Fail(e),
-                });
+                return match Self::receive(sent) {
+                    Attempt::Done(resp) => Ok(Sent::answered(resp)),
+                    Attempt::Retry(cause) => Err(Attempt::Retry(format!("{why}: {cause}"))),
+                    Attempt::Fail(e) => Err(Attempt::Fail(e)),
+                };
             }
         }
         if let Err(e) = OutgoingBody::finish(outgoing, None) {
@@ -228,7 +238,10 @@ impl S3Store {
 
     /// Waits for the answer to a request [`S3Store::start`] sent.
     fn receive(sent: Sent) -> Attempt {
-        let Sent { future, authority } = sent;
+        let (future, authority) = match sent {
+            Sent::Pending { future, authority } => (future, authority),
+            Sent::Answered(resp) => return Attempt::Done(resp),
+        };
         let response = loop {
             match future.get() {
                 Some(r) => break r,

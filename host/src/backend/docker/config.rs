@@ -130,7 +130,7 @@ fn credential_helper(helper: &str, registry: &str) -> Result<Option<RegistryCred
         .arg("get")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .map_err(|e| {
             format!("config.json names the credential helper {program}, which cannot run: {e}")
@@ -138,10 +138,14 @@ fn credential_helper(helper: &str, registry: &str) -> Result<Option<RegistryCred
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(registry.as_bytes());
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("{program} failed: {e}"))?;
-    if !out.status.success() {
+    // The helper's answer is a small JSON object: read at most 1 MiB.
+    let mut answer = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        use std::io::Read;
+        let _ = stdout.take(1 << 20).read_to_end(&mut answer);
+    }
+    let status = child.wait().map_err(|e| format!("{program} failed: {e}"))?;
+    if !status.success() {
         // "credentials not found in native keychain": none for this one.
         return Ok(None);
     }
@@ -152,7 +156,7 @@ fn credential_helper(helper: &str, registry: &str) -> Result<Option<RegistryCred
         #[serde(rename = "Secret")]
         secret: String,
     }
-    let answer: Answer = serde_json::from_slice(&out.stdout)
+    let answer: Answer = serde_json::from_slice(&answer)
         .map_err(|e| format!("{program} answered something unreadable: {e}"))?;
     // `<token>` as the user name marks an identity token.
     Ok(Some(if answer.username == "<token>" {
