@@ -139,7 +139,8 @@ const BATCH: usize = 1 << 20;
 /// Errors pass through; must be created on a runtime and read from a
 /// blocking thread.
 pub(crate) fn batched_reader<R: AsyncRead + Unpin + Send + 'static>(inner: R) -> BatchedReader {
-    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(DEPTH);
+    // Two batches queued and one being filled: at most 3 MiB per reader.
+    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(2);
     tokio::spawn(async move {
         use tokio::io::AsyncReadExt;
         let mut inner = inner;
