@@ -283,19 +283,29 @@ pub fn stream_filtered<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
     let (writer, reader) = byte_pipe::pipe();
     let bridge = byte_pipe::batched_reader(source);
     let handle = tokio::task::spawn_blocking(move || {
-        let mut writer = writer;
-        let result = open_stored(bridge)
-            .map_err(ArchiveError::Io)
-            .and_then(|tar| archive::filter_under(tar, Some(&mut writer), limits, Some(&prefix)));
-        match &result {
-            Ok(_) => {
-                let _ = writer.finish();
-            }
-            Err(e) => writer.fail(io::Error::other(e.to_string())),
-        }
-        result
+        filter_to_pipe(open_stored(bridge), writer, limits, Some(&prefix))
     });
     (reader, handle)
+}
+
+/// Filters `source` (once opened) into `writer`, ending the pipe cleanly
+/// only if every entry passed; the reader sees the filter's error otherwise.
+fn filter_to_pipe(
+    source: io::Result<Box<dyn Read + Send>>,
+    mut writer: byte_pipe::PipeWriter,
+    limits: ArchiveLimits,
+    prefix: Option<&Path>,
+) -> Result<ArchiveStats, ArchiveError> {
+    let result = source
+        .map_err(ArchiveError::Io)
+        .and_then(|tar| archive::filter_under(tar, Some(&mut writer), limits, prefix));
+    match &result {
+        Ok(_) => {
+            let _ = writer.finish();
+        }
+        Err(e) => writer.fail(io::Error::other(e.to_string())),
+    }
+    result
 }
 
 /// Pass one: validates the whole spooled archive; writes nothing.
@@ -324,23 +334,7 @@ pub fn stream_spooled(
     let (writer, reader) = byte_pipe::pipe();
     let path = path.to_path_buf();
     let handle = tokio::task::spawn_blocking(move || {
-        let source = match open_spooled(&path) {
-            Ok(s) => s,
-            Err(e) => {
-                let message = e.to_string();
-                writer.fail(e);
-                return Err(ArchiveError::Io(io::Error::other(message)));
-            }
-        };
-        let mut writer = writer;
-        let result = archive::filter(source, Some(&mut writer), limits);
-        match &result {
-            Ok(_) => {
-                let _ = writer.finish();
-            }
-            Err(e) => writer.fail(io::Error::other(e.to_string())),
-        }
-        result
+        filter_to_pipe(open_spooled(&path), writer, limits, None)
     });
     (reader, handle)
 }

@@ -526,9 +526,11 @@ impl DockerBackend {
         self.engine.to_string()
     }
 
-    /// Whether the sandbox's container exists on the engine (by id, else
-    /// by name), without creating or starting anything.
-    pub async fn container_present(&self) -> Result<bool, BackendError> {
+    /// The sandbox's container as the engine describes it (by id, else by
+    /// name), or `None` when neither finds one.
+    async fn find_container(
+        &self,
+    ) -> Result<Option<bollard::models::ContainerInspectResponse>, BackendError> {
         for reference in [
             self.state.container_id.clone(),
             Some(self.state.container_name.clone()),
@@ -544,21 +546,27 @@ impl DockerBackend {
                 )
                 .await
             {
-                Ok(info) => {
-                    let session = info
-                        .config
-                        .as_ref()
-                        .and_then(|c| c.labels.as_ref())
-                        .and_then(|l| l.get("berth.session"));
-                    if session == Some(&self.session_id) || !self.state.container_owned {
-                        return Ok(true);
-                    }
-                }
+                Ok(info) => return Ok(Some(info)),
                 Err(e) if is_not_found(&e) => continue,
                 Err(e) => return Err(api("inspecting the container", e)),
             }
         }
-        Ok(false)
+        Ok(None)
+    }
+
+    /// Whether the sandbox's container exists on the engine (and, if Berth
+    /// owns it, carries this sandbox's session label), without creating or
+    /// starting anything.
+    pub async fn container_present(&self) -> Result<bool, BackendError> {
+        let Some(info) = self.find_container().await? else {
+            return Ok(false);
+        };
+        let session = info
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get("berth.session"));
+        Ok(session == Some(&self.session_id) || !self.state.container_owned)
     }
 
     /// The container reference: id when known, else name.
@@ -835,30 +843,7 @@ impl DockerBackend {
 #[async_trait::async_trait]
 impl Backend for DockerBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
-        let mut found = None;
-        for reference in [
-            self.state.container_id.clone(),
-            Some(self.state.container_name.clone()),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            match self
-                .docker
-                .inspect_container(
-                    &reference,
-                    None::<bollard::query_parameters::InspectContainerOptions>,
-                )
-                .await
-            {
-                Ok(info) => {
-                    found = Some(info);
-                    break;
-                }
-                Err(e) if is_not_found(&e) => continue,
-                Err(e) => return Err(api("inspecting the container", e)),
-            }
-        }
+        let found = self.find_container().await?;
         let Some(info) = found else {
             tracing::info!(name = %self.state.container_name, "container gone; creating it again");
             self.state.container_id = None;
