@@ -4,6 +4,9 @@ use std::process::Command;
 
 use berth_tests::{berth_bin, guest, repo_root};
 
+#[path = "first_hour.rs"]
+mod first_hour;
+
 #[test]
 fn plugin_check_passes_good_plugins_and_names_broken_clauses() {
     let root = repo_root();

@@ -43,12 +43,18 @@ pub fn validate_id(id: &str) -> Result<(), String> {
 /// The contract's bindings for `world` (`"berth:snapshot/remote-client-plugin"`
 /// or `"berth:snapshot/snapshot-plugin"`), generated from `wit/` with this
 /// kit's `wasi:io` types, so the kit's stream helpers take the guest's
-/// streams. Call it at the root of a guest crate in `guest-examples/`.
+/// streams. Call it at the root of a guest crate. In `guest-examples/`
+/// the contract is read from the repository's `wit/`; a crate elsewhere
+/// names its own copy, relative to its `Cargo.toml`:
+/// `contract_bindings!("remote-client-plugin", "wit")`.
 #[macro_export]
 macro_rules! contract_bindings {
     ($world:literal) => {
+        $crate::contract_bindings!($world, "../../wit");
+    };
+    ($world:literal, $wit:literal) => {
         wit_bindgen::generate!({
-            path: "../../wit",
+            path: $wit,
             world: $world,
             with: {
                 "wasi:io/streams@0.2.12": berth_guest_kit::wasi::io::streams,

@@ -31,13 +31,22 @@ enum Command {
         /// Sandbox name.
         name: String,
     },
-    /// Stop, destroy what the sandbox owns, and forget it.
+    /// Destroy what the sandbox owns — its container or workspace
+    /// directory and the snapshots Berth made for it — and forget it.
+    ///
+    /// Prints what it deleted. Generations a fork starts from are kept
+    /// (`berth gc --orphans` deletes them once no fork needs them). A
+    /// snapshot plugin, whose contract has no delete, keeps its archive.
     Rm {
         /// Sandbox name.
         name: String,
-        /// Forget it even if stop or shutdown fails.
+        /// Forget it even if shutdown or deleting the snapshot fails.
         #[arg(long)]
         force: bool,
+        /// Save the workspace into its snapshot first (as `berth stop`)
+        /// and keep the snapshot.
+        #[arg(long)]
+        keep_snapshot: bool,
     },
     /// List sandboxes.
     Ls {
@@ -69,23 +78,38 @@ enum Command {
     /// (dropped generations, packs an interrupted stop left).
     Gc {
         /// Sandboxes (default: every one with a deduplicated snapshot).
+        #[arg(conflicts_with = "orphans")]
         names: Vec<String>,
         /// List what would be deleted; delete nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Instead, find what no known sandbox uses any more: local
+        /// archives in $BERTH_HOME/snapshots, and generations `berth rm`
+        /// kept for forks that are gone since. Lists them; deletes them
+        /// only with --yes.
+        #[arg(long)]
+        orphans: bool,
+        /// With --orphans: delete what it lists.
+        #[arg(long, requires = "orphans", conflicts_with = "dry_run")]
+        yes: bool,
     },
-    /// Make a new sandbox that starts from NAME's latest generation,
-    /// sharing its chunks (NAME needs a deduplicated snapshot).
+    /// Make a new sandbox that starts from NAME's newest generation (or
+    /// --generation K), sharing its chunks (NAME needs a deduplicated
+    /// snapshot).
     Fork {
         /// The sandbox to fork.
         name: String,
         /// The new sandbox's name.
         new: String,
+        /// Start from this kept generation instead of the newest (see
+        /// `berth inspect NAME`).
+        #[arg(long)]
+        generation: Option<u64>,
         /// Create without starting.
         #[arg(long)]
         no_start: bool,
     },
-    /// Check, inspect and try snapshot-store plugins.
+    /// Check and inspect snapshot-store plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
 }
@@ -97,17 +121,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Start(a) => sandboxes::start(a).await,
         Command::Exec(a) => sandboxes::exec(a).await,
         Command::Stop { name } => sandboxes::stop(&name).await,
-        Command::Rm { name, force } => sandboxes::rm(&name, force).await,
+        Command::Rm {
+            name,
+            force,
+            keep_snapshot,
+        } => sandboxes::rm(&name, force, keep_snapshot).await,
         Command::Ls { json } => sandboxes::ls(json).await,
         Command::Inspect { name } => sandboxes::inspect(&name).await,
         Command::Persist { name, out } => sandboxes::persist(&name, &out).await,
         Command::Hydrate { name, file } => sandboxes::hydrate(&name, &file).await,
-        Command::Gc { names, dry_run } => sandboxes::gc(names, dry_run).await,
+        Command::Gc {
+            orphans: true, yes, ..
+        } => sandboxes::gc_orphans(yes).await,
+        Command::Gc { names, dry_run, .. } => sandboxes::gc(names, dry_run).await,
         Command::Fork {
             name,
             new,
+            generation,
             no_start,
-        } => sandboxes::fork(&name, &new, no_start).await,
+        } => sandboxes::fork(&name, &new, generation, no_start).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
     }
 }

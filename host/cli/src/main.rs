@@ -1,8 +1,10 @@
 //! `berth`: the command-line face of the Berth sandbox runtime.
 
 mod commands;
+mod leftovers;
 mod plugin;
 mod sandboxes;
+mod table;
 
 use clap::Parser;
 

@@ -113,7 +113,7 @@ async fn check(
         medium_size,
         ..ConformanceOptions::default()
     };
-    let subject = format!("{} ({})", plugin.name(), plugin.world().name());
+    let subject = plugin.name().to_string();
     let report = match plugin.world() {
         World::RemoteClient => {
             let client = plugin.remote_client()?;

@@ -12,9 +12,12 @@ use berth::sandbox::{
     BackendSpec, Progress, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SandboxState,
     SnapshotSpec, StateFile, StateLock, StateSink,
 };
+use berth::snapshot::DeleteReport;
 use berth::workspace::WorkspaceSpec;
 use berth::SnapshotId;
 use clap::Args;
+
+use crate::{leftovers, table};
 use serde::{Deserialize, Serialize};
 
 /// `$BERTH_HOME`, else `$XDG_DATA_HOME/berth`, else `~/.local/share/berth`.
@@ -304,12 +307,22 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             args.name
         );
     }
+    let mut names_root = false;
     let workspace = match &args.workspace {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            serde_json::from_str::<WorkspaceSpec>(&text)
-                .with_context(|| format!("{} is not a valid workspace manifest", p.display()))?
+            names_root = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .is_some_and(|v| v.get("root").is_some());
+            let mut spec = serde_json::from_str::<WorkspaceSpec>(&text)
+                .with_context(|| format!("{} is not a valid workspace manifest", p.display()))?;
+            let dir = std::path::absolute(p)?
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            spec.resolve_host_paths(&dir);
+            spec
         }
         None => WorkspaceSpec::default(),
     };
@@ -397,6 +410,19 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             "{} was created but did not start; `berth start {}` retries, `berth rm {}` removes it",
             args.name, args.name, args.name
         )));
+    }
+    if names_root && saved.state.backend.kind == berth::backend::local::KIND {
+        if let Ok(local) = saved
+            .state
+            .backend
+            .decode::<berth::backend::local::LocalState>()
+        {
+            eprintln!(
+                "berth: note: the local backend keeps the workspace in {}, not at the manifest's root {} (commands run there; --root-dir chooses the directory, the Docker backend honours the root)",
+                local.root_dir.display(),
+                saved.state.manifest.root
+            );
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&saved.state)?);
@@ -491,7 +517,7 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     saved.state = sandbox.state();
     save(&home, &saved)?;
     let branch = result?;
-    println!("started {name}: {branch:?}");
+    println!("started {name}: {branch}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -564,29 +590,55 @@ pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
     save(&home, &saved)?;
     result?;
     let s = &saved.state.snapshot;
-    println!(
-        "stopped {name}: snapshot {} {} ({} bytes, {})",
-        s.kind,
-        s.id,
-        s.size.unwrap_or(0),
-        s.digest.as_deref().unwrap_or("not persisted")
-    );
+    match (&s.digest, s.size) {
+        (Some(digest), Some(size)) => println!(
+            "stopped {name}: workspace saved to snapshot {} ({}, {digest})",
+            s.id,
+            human_bytes(size)
+        ),
+        _ => println!(
+            "stopped {name}: nothing saved (snapshot {} is {})",
+            s.id, s.kind
+        ),
+    }
     if let Some(stats) = s.dedup.as_ref().and_then(|d| d.last_stop.as_ref()) {
         println!(
-            "generation {}: uploaded {} bytes in {} calls ({} of {} chunks new, dedup ratio {})",
+            "generation {}: uploaded {} in {} ({} of {} new; {}% already stored)",
             stats.generation,
-            stats.uploaded_bytes,
-            stats.upload_calls,
+            human_bytes(stats.uploaded_bytes),
+            count(stats.upload_calls as usize, "call"),
             stats.new_chunks,
-            stats.chunks,
-            stats.dedup_ratio
+            count(stats.chunks as usize, "chunk"),
+            stats
+                .dedup_ratio
+                .parse::<f64>()
+                .map(|r| format!("{:.1}", r * 100.0))
+                .unwrap_or_else(|_| stats.dedup_ratio.clone())
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `berth rm NAME`: stop (persist), destroy what it owns, forget it.
-pub async fn rm(name: &str, force: bool) -> anyhow::Result<ExitCode> {
+/// `1015 bytes`, `3.2 MiB`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return count(n as usize, "byte");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// `berth rm NAME`: destroy what the sandbox owns — its container or
+/// directory and, unless `keep_snapshot`, the snapshots Berth made for it —
+/// and forget it. With `keep_snapshot` the workspace is stopped (persisted)
+/// first and the snapshot stays.
+pub async fn rm(name: &str, force: bool, keep_snapshot: bool) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
     let _lock = lock(&home, name).await?;
     let mut saved = load(&home, name)?;
@@ -615,13 +667,15 @@ these orphans are still there; `berth rm {name}` again once their engine answers
         }
     }
     let mut sandbox = resume(&home, &saved).await?;
-    let closed = if sandbox.state().workspace_root_ready {
+    let closed = if keep_snapshot && sandbox.state().workspace_root_ready {
         sandbox.close().await
     } else {
         sandbox.shutdown().await
     };
+    saved.state = sandbox.state();
     if let Err(e) = closed {
         if !force {
+            save(&home, &saved)?;
             bail!(
                 "{e}\nthe state file {} was kept; fix the problem or use `berth rm --force {name}`",
                 path.display()
@@ -629,9 +683,66 @@ these orphans are still there; `berth rm {name}` again once their engine answers
         }
         eprintln!("berth: {e} (removing anyway: --force)");
     }
+    if !keep_snapshot {
+        let snapshot = saved.state.snapshot.clone();
+        match sandbox.delete_snapshot().await {
+            Ok(report) => {
+                print_deleted(&snapshot, &report);
+                if !report.kept.is_empty() {
+                    leftovers::record(&home, &sandbox.state().snapshot)?;
+                }
+            }
+            Err(e) if force => {
+                eprintln!("berth: deleting the snapshot failed: {e} (removing anyway: --force; its objects stay in the store)")
+            }
+            Err(e) => {
+                save(&home, &saved)?;
+                bail!(
+                    "{e}\nthe sandbox is shut down but its snapshot {} is still stored; `berth rm {name}` again deletes it, `berth rm --force {name}` forgets it",
+                    snapshot.id
+                );
+            }
+        }
+    }
     StateFile::new(&path).remove()?;
     println!("removed {name}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// What deleting a snapshot did, in one line (and a line per kept object).
+fn print_deleted(snapshot: &berth::sandbox::SnapshotState, report: &DeleteReport) {
+    if let Some(why) = &report.unsupported {
+        println!("kept snapshot {}: {why}", snapshot.id);
+        return;
+    }
+    if report.deleted.is_empty() {
+        if report.kept.is_empty() {
+            println!("snapshot {}: nothing was stored", snapshot.id);
+        }
+    } else if snapshot.kind == "local" {
+        println!(
+            "deleted snapshot {} ({})",
+            snapshot.id,
+            report.deleted.join(", ")
+        );
+    } else {
+        println!(
+            "deleted snapshot {} from its store: {}",
+            snapshot.id,
+            count(report.deleted.len(), "object")
+        );
+    }
+    for kept in &report.kept {
+        println!(
+            "kept {} ({}); `berth gc --orphans` deletes it once no fork needs it",
+            kept.object, kept.why
+        );
+    }
+}
+
+/// `3 objects`, `1 object`.
+fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// Every sandbox's saved state, by name.
@@ -667,15 +778,16 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&states)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<24} {:<8} {:<8} {:<6} {:<40} {:<32} ORPHANS",
-        "NAME", "BACKEND", "SNAPSHOT", "READY", "SNAPSHOT ID", "ENGINE"
-    );
+    let mut table = table::Table::new(&[
+        "NAME",
+        "BACKEND",
+        "SNAPSHOT",
+        "READY",
+        "SNAPSHOT ID",
+        "ENGINE",
+        "ORPHANS",
+    ]);
     for r in rows {
-        let backend = serde_json::to_value(&r.state.backend)
-            .ok()
-            .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(String::from))
-            .unwrap_or_default();
         let engine_of = |b: &berth::sandbox::BackendState| {
             b.fields
                 .get("engine")
@@ -698,21 +810,26 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
                 format!("{} on {}", &id[..id.len().min(12)], engine_of(&o.backend))
             })
             .collect();
-        println!(
-            "{:<24} {:<8} {:<8} {:<6} {:<40} {:<32} {}",
-            r.name,
-            backend,
-            r.state.snapshot.kind,
-            r.state.workspace_root_ready,
-            r.state.snapshot.id,
+        table.row(vec![
+            r.name.clone(),
+            r.state.backend.kind.clone(),
+            r.state.snapshot.kind.clone(),
+            if r.state.workspace_root_ready {
+                "yes"
+            } else {
+                "no"
+            }
+            .to_string(),
+            r.state.snapshot.id.to_string(),
             engine_of(&r.state.backend),
             if orphans.is_empty() {
                 "-".to_string()
             } else {
                 orphans.join(", ")
-            }
-        );
+            },
+        ]);
     }
+    print!("{}", table.render());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -753,7 +870,10 @@ pub async fn hydrate(name: &str, file: &Path) -> anyhow::Result<ExitCode> {
     let mut f = tokio::fs::File::open(file)
         .await
         .with_context(|| format!("opening {}", file.display()))?;
-    let stats = sandbox.hydrate_workspace(&mut f).await?;
+    let stats = sandbox
+        .hydrate_workspace(&mut f)
+        .await
+        .with_context(|| format!("{} was not extracted into {name}", file.display()))?;
     println!(
         "extracted {} entries ({} bytes) into {name}",
         stats.entries, stats.bytes
@@ -775,7 +895,9 @@ pub async fn gc(names: Vec<String>, dry_run: bool) -> anyhow::Result<ExitCode> {
         names
     };
     if names.is_empty() {
-        println!("no sandbox has a deduplicated snapshot: nothing to collect");
+        println!(
+            "no sandbox has a deduplicated snapshot: nothing to collect (`berth gc --orphans` looks for what removed sandboxes left)"
+        );
     }
     let client = SandboxClient::new(&home);
     let mut failed = false;
@@ -824,9 +946,110 @@ pub async fn gc(names: Vec<String>, dry_run: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `berth fork NAME NEW`: a new sandbox starting from NAME's latest
-/// generation, sharing its chunks.
-pub async fn fork(name: &str, new: &str, no_start: bool) -> anyhow::Result<ExitCode> {
+/// `berth gc --orphans [--yes]`: what no known sandbox references any
+/// more — local archives in `$BERTH_HOME/snapshots` and generations that
+/// `berth rm` kept for forks that are gone since — listed, and deleted
+/// with `yes`.
+pub async fn gc_orphans(yes: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let dry_run = !yes;
+    let known = saved_sandboxes(&home);
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    let mut found = 0usize;
+    let mut failed = false;
+    // Local archives: every file here is Berth's; those no sandbox's
+    // snapshot names are orphans.
+    let snapshots = home.join("snapshots");
+    let owned: std::collections::BTreeSet<PathBuf> = known
+        .iter()
+        .filter(|s| s.state.snapshot.kind == "local")
+        .filter_map(|s| {
+            let base = s.state.snapshot.base_dir.as_ref()?;
+            Some(base.join(format!("{}.tar", s.state.snapshot.id)))
+        })
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(&snapshots) {
+        let mut files: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "tar") && p.is_file())
+            .collect();
+        files.sort();
+        for file in files {
+            if owned.contains(&file) {
+                continue;
+            }
+            found += 1;
+            if !dry_run {
+                std::fs::remove_file(&file)
+                    .with_context(|| format!("deleting {}", file.display()))?;
+            }
+            println!("{verb} {} (no sandbox uses it)", file.display());
+        }
+    }
+    // Generations kept for forks: collected once no known fork starts
+    // from them.
+    let bases: std::collections::BTreeSet<String> = known
+        .iter()
+        .filter_map(|s| s.state.snapshot.dedup.as_ref()?.base.as_ref())
+        .map(|g| g.index.clone())
+        .collect();
+    let client = SandboxClient::new(&home);
+    for leftover in leftovers::all(&home) {
+        match client.collect_leftovers(&leftover, &bases, dry_run).await {
+            Ok((report, remaining)) => {
+                found += report.deleted.len();
+                if !report.deleted.is_empty() {
+                    println!(
+                        "{verb} what removed snapshot {} left: {}",
+                        leftover.id,
+                        count(report.deleted.len(), "object")
+                    );
+                    for object in &report.deleted {
+                        println!("  {object}");
+                    }
+                }
+                for kept in &report.kept {
+                    println!("kept {} ({})", kept.object, kept.why);
+                }
+                if !dry_run {
+                    if report.kept.is_empty() {
+                        leftovers::forget(&home, &leftover)?;
+                    } else {
+                        leftovers::record(&home, &remaining)?;
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "berth: gc --orphans: snapshot {}: {:#}",
+                    leftover.id,
+                    anyhow::Error::new(e)
+                );
+                failed = true;
+            }
+        }
+    }
+    if found == 0 {
+        println!("no orphans: every stored snapshot belongs to a sandbox");
+    } else if dry_run {
+        println!("nothing was deleted; `berth gc --orphans --yes` deletes these");
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `berth fork NAME NEW [--generation K]`: a new sandbox starting from
+/// NAME's newest generation (or generation K), sharing its chunks.
+pub async fn fork(
+    name: &str,
+    new: &str,
+    generation: Option<u64>,
+    no_start: bool,
+) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
     let _source_lock = lock(&home, name).await?;
     let _lock = lock(&home, new).await?;
@@ -841,7 +1064,7 @@ pub async fn fork(name: &str, new: &str, no_start: bool) -> anyhow::Result<ExitC
     let client = SandboxClient::new(&home);
     let opts = options(&home, new, false, source.freeze);
     let mut sandbox = client
-        .fork(&source.state, None, backend, opts)
+        .fork(&source.state, generation, None, backend, opts)
         .await
         .with_context(|| format!("forking {name}"))?;
     let started = if no_start {
@@ -867,7 +1090,17 @@ pub async fn fork(name: &str, new: &str, no_start: bool) -> anyhow::Result<ExitC
         .dedup
         .as_ref()
         .and_then(|d| d.base.as_ref())
-        .map(|g| format!("{} generation {}", name, g.number))
+        .map(|g| {
+            format!(
+                "{name} generation {}{}",
+                g.number,
+                if generation.is_none() {
+                    " (its newest)"
+                } else {
+                    ""
+                }
+            )
+        })
         .unwrap_or_default();
     println!(
         "forked {new} from {base} (snapshot {}){}",

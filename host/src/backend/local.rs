@@ -157,6 +157,30 @@ impl Backend for LocalBackend {
         BindMounts::AsSymlinks
     }
 
+    /// A bind mount here is a symlink to the host path, which every command
+    /// can write through: a read-only one is refused rather than silently
+    /// made writable.
+    fn check_workspace(&self, spec: &crate::workspace::WorkspaceSpec) -> Result<(), BackendError> {
+        let binds = spec.bind_mounts().map_err(|e| BackendError::Config {
+            backend: BACKEND,
+            message: e.to_string(),
+        })?;
+        match binds.into_iter().find(|(_, _, read_only)| *read_only) {
+            None => Ok(()),
+            Some((rel, host, _)) => Err(BackendError::Config {
+                backend: BACKEND,
+                message: format!(
+                    "workspace entry {:?} asks for a read-only bind mount of {}, which the local backend cannot enforce: \
+                     it links the host directory into the workspace, writable by every command; use the Docker backend, \
+                     which mounts it read-only, or set \"read_only\": false to accept writes into {}",
+                    rel.display(),
+                    host.display(),
+                    host.display()
+                ),
+            }),
+        }
+    }
+
     fn state(&self) -> Result<crate::backend::BackendState, BackendError> {
         crate::backend::BackendState::encode(KIND, &self.state)
     }

@@ -219,6 +219,15 @@ pub trait Backend: Send + Sync {
     /// How bind-mount entries are expressed in entry archives.
     fn bind_mounts(&self) -> BindMounts;
 
+    /// Refuses a workspace manifest this backend cannot honour as written,
+    /// for example a read-only bind mount on a backend that cannot make
+    /// one read-only. The lifecycle checks it at create and at every start,
+    /// before anything is written. By default, every manifest is accepted.
+    fn check_workspace(&self, spec: &crate::workspace::WorkspaceSpec) -> Result<(), BackendError> {
+        let _ = spec;
+        Ok(())
+    }
+
     /// The backend's part of the sandbox state (see [`BackendState`]).
     fn state(&self) -> Result<BackendState, BackendError>;
 }

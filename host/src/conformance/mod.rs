@@ -99,7 +99,10 @@ impl Report {
 
     /// A clause-by-clause table ending in `N passed, N failed`.
     pub fn table(&self) -> String {
-        let mut out = format!("conformance of {} ({})\n", self.subject, self.interface);
+        let mut out = format!(
+            "{}: the berth:snapshot/{} contract, clause by clause\n",
+            self.subject, self.interface
+        );
         let width = self
             .results
             .iter()

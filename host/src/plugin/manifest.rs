@@ -287,7 +287,7 @@ fn expand_env(value: &str, key: &str) -> Result<String, String> {
                 .ok_or_else(|| format!("{key}: unterminated ${{ in {value:?}"))?;
             let var = &body[..end];
             let val = std::env::var(var).map_err(|_| {
-                format!("{key} refers to ${{{var}}}, but the environment variable {var} is not set; export it or change the manifest")
+                format!("{key} refers to ${{{var}}}, but the environment variable {var} is not set; the manifest is read again by every command that uses the plugin, so export {var} wherever berth runs (or change the manifest)")
             })?;
             out.push_str(&val);
             rest = &body[end + 1..];

@@ -77,6 +77,7 @@ pub(crate) struct LoadedPlugin {
     digest: String,
     cache_outcome: CacheOutcome,
     load_time: Duration,
+    warnings: Vec<String>,
 }
 
 /// A plugin ready to serve calls; each call gets a fresh instance.
@@ -147,10 +148,15 @@ impl PluginHost {
     /// ```
     pub async fn load(&self, manifest: PluginManifest) -> Result<Plugin, PluginError> {
         let started = Instant::now();
+        create_granted_dirs(&manifest)?;
         // Fail at load, not on the first call, when a grant cannot be met.
         PluginState::from_grants(&manifest.name, &manifest.grants)?;
         let (component, digest, cache_outcome) = self.compile(&manifest).await?;
         check_exports(&self.inner.engine, &component, &manifest)?;
+        let warnings = unused_grants(&self.inner.engine, &component, &manifest);
+        for warning in &warnings {
+            tracing::warn!(plugin = %manifest.name, "{warning}");
+        }
         let violation = |message: String| PluginError::ContractViolation {
             plugin: manifest.name.clone(),
             message,
@@ -182,6 +188,7 @@ impl PluginHost {
                 digest,
                 cache_outcome,
                 load_time,
+                warnings,
             }),
         })
     }
@@ -220,6 +227,58 @@ impl PluginHost {
                 .map_err(|e| load_error(format!("{e:#}")))?;
         Ok((component, digest, outcome))
     }
+}
+
+/// Creates each read-write granted directory that does not exist yet (mode
+/// 0700), as a grant that says `rw` means the plugin's storage lives there;
+/// a missing read-only one is left for the grant to refuse by name.
+fn create_granted_dirs(manifest: &PluginManifest) -> Result<(), PluginError> {
+    use std::os::unix::fs::DirBuilderExt;
+    for d in &manifest.grants.dirs {
+        if d.mode != DirMode::ReadWrite || d.host.exists() {
+            continue;
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&d.host)
+            .map_err(|e| PluginError::Host {
+                plugin: manifest.name.clone(),
+                operation: "grant",
+                message: format!(
+                    "cannot create the granted directory {} (for guest path {}): {e}",
+                    d.host.display(),
+                    d.guest
+                ),
+            })?;
+        tracing::info!(plugin = %manifest.name, dir = %d.host.display(), "created the granted directory");
+    }
+    Ok(())
+}
+
+/// Grants the component cannot use, because it imports nothing that would
+/// use them: worth a warning, since they are usually a manifest mistake.
+fn unused_grants(engine: &Engine, component: &Component, manifest: &PluginManifest) -> Vec<String> {
+    let imports: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let imports_any = |prefix: &str| imports.iter().any(|i| i.starts_with(prefix));
+    let mut warnings = Vec::new();
+    if !manifest.grants.http.is_empty() && !imports_any("wasi:http/") {
+        warnings.push(format!(
+            "grants.http_hosts grants {} HTTP origin(s), but the component imports no wasi:http interface, so it cannot use them; remove the grant or build the plugin with wasi:http",
+            manifest.grants.http.len()
+        ));
+    }
+    if !manifest.grants.dirs.is_empty() && !imports_any("wasi:filesystem/") {
+        warnings.push(
+            "grants.dirs grants directories, but the component imports no wasi:filesystem interface, so it cannot use them"
+                .to_string(),
+        );
+    }
+    warnings
 }
 
 /// Checks the component exports the world's interface at our version.
@@ -274,6 +333,12 @@ impl Plugin {
     /// The world it implements.
     pub fn world(&self) -> World {
         self.inner.manifest.world
+    }
+
+    /// What loading noticed about the manifest without refusing it, for
+    /// people: grants the component cannot use (also logged as warnings).
+    pub fn warnings(&self) -> &[String] {
+        &self.inner.warnings
     }
 
     /// Whether loading hit the compile cache.

@@ -41,7 +41,9 @@ pub use state_file::{StateFile, StateLock};
 use crate::backend::{Backend, BackendError, ExecRequest, ExecResult, Provisioned};
 use crate::capped_writer::CappedWriter;
 use crate::plugin::{PluginError, PluginHost};
-use crate::snapshot::{DedupRecord, DedupSnapshot, GcReport, PackCache, SandboxSnapshot};
+use crate::snapshot::{
+    DedupRecord, DedupSnapshot, DeleteReport, GcReport, Keep, PackCache, SandboxSnapshot,
+};
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::{StorageError, StoreError};
 use crate::workspace::archive::{ArchiveError, ArchiveLimits, ArchiveStats};
@@ -251,6 +253,24 @@ pub enum StartBranch {
     Attached,
 }
 
+/// Words for people: `started NAME: {branch}`.
+impl std::fmt::Display for StartBranch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StartBranch::Reuse => "workspace still in place; ephemeral entries applied again",
+            StartBranch::Rebuild { restored: true } => {
+                "workspace was gone; restored from the snapshot"
+            }
+            StartBranch::Rebuild { restored: false } => {
+                "workspace was gone; set up again from the manifest (no snapshot to restore)"
+            }
+            StartBranch::Restore => "workspace restored from the snapshot",
+            StartBranch::Fresh => "new workspace set up from the manifest",
+            StartBranch::Attached => "workspace already running",
+        })
+    }
+}
+
 /// A sandbox: state + backend + snapshot, driven by one lifecycle.
 pub struct Sandbox {
     state: SandboxState,
@@ -349,6 +369,7 @@ impl Sandbox {
         provisioned: Provisioned,
     ) -> Result<StartBranch, SandboxError> {
         self.state.manifest.validate()?;
+        self.backend.check_workspace(&self.state.manifest)?;
         if self.state.workspace_root_ready && self.workspace_is_ours(provisioned).await? {
             self.apply_entries(Selection::EphemeralOnly).await?;
             return Ok(StartBranch::Reuse);
@@ -427,6 +448,7 @@ impl Sandbox {
         if !entries::selects_any(&self.state.manifest, selection, self.backend.bind_mounts()) {
             return Ok(());
         }
+        entries::check_sources(&self.state.manifest, selection)?;
         let archive =
             entries::entries_archive(&self.state.manifest, selection, self.backend.bind_mounts());
         self.backend.write_archive(Box::new(archive)).await?;
@@ -946,6 +968,24 @@ impl Sandbox {
         Ok(report)
     }
 
+    /// Deletes what the snapshot stored (see
+    /// [`SandboxSnapshot::delete_stored`]), for a sandbox removed for good:
+    /// the local archive, the remote object, or a deduplicated snapshot's
+    /// generations and the packs only they use — never what a fork still
+    /// needs, which the report lists as kept. Call it after
+    /// [`shutdown`](Sandbox::shutdown); the sandbox cannot be restored
+    /// afterwards.
+    pub async fn delete_snapshot(&mut self) -> Result<DeleteReport, SandboxError> {
+        let report = self.snapshot.delete_stored().await?;
+        if report.unsupported.is_none() {
+            self.state.snapshot.digest = None;
+            self.state.snapshot.size = None;
+            self.state.snapshot.persist_pending = false;
+        }
+        self.sync_dedup_record();
+        Ok(report)
+    }
+
     /// Destroys the backend resources this sandbox owns.
     pub async fn shutdown(&mut self) -> Result<(), SandboxError> {
         self.running = false;
@@ -1204,11 +1244,13 @@ impl SandboxClient {
         self.create_from(spec, None).await
     }
 
-    /// A new sandbox that starts from the current generation of the
-    /// sandbox whose state is `source`: its first start restores that
-    /// workspace, and its stops store only what differs from it, sharing
-    /// `source`'s chunks. `source` needs a deduplicated snapshot with at
-    /// least one generation; that generation is pinned in the store, so
+    /// A new sandbox that starts from generation `generation` (by default,
+    /// `None`, the newest) of the sandbox whose state is `source`: its
+    /// first start restores that workspace, and its stops store only what
+    /// differs from it, sharing `source`'s chunks. `source` needs a
+    /// deduplicated snapshot with at least one generation; the fork's
+    /// state records which one it started from (its record's `base`).
+    /// That generation is pinned in the store, so
     /// `source`'s garbage collection keeps it. The fork gets the same
     /// workspace manifest and snapshot store (bound from `source`, or from
     /// `snapshot` if given, as in [`SandboxClient::resume`]), a new
@@ -1217,6 +1259,7 @@ impl SandboxClient {
     pub async fn fork(
         &self,
         source: &SandboxState,
+        generation: Option<u64>,
         snapshot: Option<SnapshotSpec>,
         backend: BackendSpec,
         options: SandboxOptions,
@@ -1224,7 +1267,7 @@ impl SandboxClient {
         let (bound, _, store) = self.bind_existing(source, snapshot).await?;
         let dedup = dedup_of(bound.as_ref(), source)?;
         let keep = dedup.record().keep;
-        let base = dedup.pin_head().await?;
+        let base = dedup.pin_generation(generation).await?;
         let store = match store {
             SnapshotSpec::Dedup { store, .. } => *store,
             SnapshotSpec::Remote { plugin } => SnapshotSpec::Remote { plugin },
@@ -1264,6 +1307,42 @@ impl SandboxClient {
         let mut state = state.clone();
         state.snapshot.dedup = Some(dedup.record());
         Ok((report, state))
+    }
+
+    /// Collects what an earlier removal left of a deduplicated snapshot
+    /// (`snapshot`, as [`Sandbox::delete_snapshot`] left it: only the
+    /// generations forks started from): deletes every generation whose
+    /// index is not in `bases` — the fork bases of the sandboxes still
+    /// known — with the packs of this snapshot no base references. Returns
+    /// what was (or, with `dry_run`, would be) deleted and the snapshot
+    /// state that remains.
+    pub async fn collect_leftovers(
+        &self,
+        snapshot: &SnapshotState,
+        bases: &std::collections::BTreeSet<String>,
+        dry_run: bool,
+    ) -> Result<(DeleteReport, SnapshotState), SandboxError> {
+        let spec = SnapshotSpec::from_state(snapshot)?;
+        let (bound, _) = snapshot_binding::bind(
+            &spec,
+            snapshot.id.clone(),
+            self.plugin_host().await?,
+            Some(snapshot),
+            self.pack_cache.as_ref(),
+        )
+        .await?;
+        let dedup = bound.as_dedup().ok_or_else(|| {
+            SandboxError::State(format!(
+                "snapshot {} keeps one archive, not generations: nothing of it is left for forks",
+                snapshot.id
+            ))
+        })?;
+        let report = dedup
+            .delete_all(&Keep::Bases(bases.clone()), dry_run)
+            .await?;
+        let mut remaining = snapshot.clone();
+        remaining.dedup = Some(dedup.record());
+        Ok((report, remaining))
     }
 
     /// The snapshot of an existing sandbox, bound from `snapshot` or its
@@ -1356,6 +1435,8 @@ impl SandboxClient {
             }
             BackendSpec::Custom(backend) => backend,
         };
+        backend.check_workspace(&workspace)?;
+        entries::check_sources(&workspace, Selection::All)?;
         let options = self.with_state_file(options, &session_id);
         let state = SandboxState {
             backend: backend.state()?,

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::SandboxSnapshot;
+use super::{DeleteReport, SandboxSnapshot};
 use crate::archive_dir::ArchiveDir;
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::{StorageError, StoreError};
@@ -63,5 +63,17 @@ impl SandboxSnapshot for LocalSnapshot {
 
     async fn is_restorable(&self) -> Result<bool, StoreError> {
         self.archives.contains(&self.id).await
+    }
+
+    async fn delete_stored(&self) -> Result<DeleteReport, StoreError> {
+        let mut report = DeleteReport::default();
+        match self.archives.remove(&self.id).await {
+            Ok(()) => report
+                .deleted
+                .push(self.archive_path().display().to_string()),
+            Err(e) if matches!(e.storage(), Some(StorageError::NotFound(_))) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(report)
     }
 }

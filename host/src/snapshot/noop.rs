@@ -55,4 +55,8 @@ impl SandboxSnapshot for NoopSnapshot {
     async fn is_restorable(&self) -> Result<bool, StoreError> {
         Ok(false)
     }
+
+    async fn delete_stored(&self) -> Result<super::DeleteReport, StoreError> {
+        Ok(super::DeleteReport::default())
+    }
 }

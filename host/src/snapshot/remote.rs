@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::SandboxSnapshot;
+use super::{DeleteReport, SandboxSnapshot};
 use crate::remote_client::RemoteSnapshotClient;
 use crate::snapshot_id::SnapshotId;
-use crate::store_error::StoreError;
+use crate::store_error::{StorageError, StoreError};
 
 /// Delegates to a [`RemoteSnapshotClient`] under a fixed id.
 #[derive(Clone)]
@@ -50,5 +50,15 @@ impl SandboxSnapshot for RemoteSnapshot {
 
     async fn is_restorable(&self) -> Result<bool, StoreError> {
         self.client.exists(self.id.as_str()).await
+    }
+
+    async fn delete_stored(&self) -> Result<DeleteReport, StoreError> {
+        let mut report = DeleteReport::default();
+        match self.client.delete(self.id.as_str()).await {
+            Ok(()) => report.deleted.push(self.id.as_str().to_string()),
+            Err(e) if matches!(e.storage(), Some(StorageError::NotFound(_))) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(report)
     }
 }

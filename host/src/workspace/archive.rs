@@ -181,7 +181,7 @@ pub fn filter_under<R: Read, W: Write>(
     let mut symlinks: HashSet<PathBuf> = HashSet::new();
     let mut files: HashSet<PathBuf> = HashSet::new();
     let mut stats = ArchiveStats::default();
-    let corrupt = |e: io::Error| ArchiveError::Corrupt(e.to_string());
+    let corrupt = |e: io::Error| ArchiveError::Corrupt(describe_tar_error(&e));
 
     for entry in archive.entries().map_err(corrupt)? {
         let mut entry = entry.map_err(corrupt)?;
@@ -408,7 +408,7 @@ pub fn unpack_into<R: Read>(source: R, root: &Path) -> Result<ArchiveStats, Arch
     archive.set_preserve_mtime(true);
     archive.set_overwrite(true);
     archive.set_unpack_xattrs(false);
-    let corrupt = |e: io::Error| ArchiveError::Corrupt(e.to_string());
+    let corrupt = |e: io::Error| ArchiveError::Corrupt(describe_tar_error(&e));
     let mut stats = ArchiveStats::default();
     let mut directory_times: Vec<(PathBuf, u64)> = Vec::new();
     for entry in archive.entries().map_err(corrupt)? {
@@ -588,7 +588,7 @@ pub fn reroot<R: Read, W: Write>(
     let mut archive = tar::Archive::new(source);
     let mut builder = tar::Builder::new(sink);
     let mut stats = ArchiveStats::default();
-    let corrupt = |e: io::Error| ArchiveError::Corrupt(e.to_string());
+    let corrupt = |e: io::Error| ArchiveError::Corrupt(describe_tar_error(&e));
     for entry in archive.entries().map_err(corrupt)? {
         let mut entry = entry.map_err(corrupt)?;
         let raw = entry.path_bytes().into_owned();
@@ -624,6 +624,34 @@ pub fn reroot<R: Read, W: Write>(
     }
     builder.into_inner()?.flush()?;
     Ok(stats)
+}
+
+/// The tar reader's complaint, for people: the tar crate ends some messages
+/// with the header it could not parse (`... when getting cksum for <the
+/// header's bytes>`), which are bytes of the user's file, not an
+/// explanation. Control characters are never echoed and the text is capped.
+fn describe_tar_error(e: &io::Error) -> String {
+    let text = e.to_string();
+    let text = if let Some(at) = text.find(" when getting ") {
+        let field = text[at + " when getting ".len()..]
+            .split(" for ")
+            .next()
+            .unwrap_or("a");
+        format!("a header's {field} field is not a number")
+    } else if text.contains("failed to read entire block") {
+        "it ends inside a 512-byte block (truncated?)".to_string()
+    } else {
+        text
+    };
+    let mut clean: String = text
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .take(200)
+        .collect();
+    if text.chars().count() > 200 {
+        clean.push('…');
+    }
+    clean
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 
-use super::spec::{Encoding, Entry, WorkspaceSpec};
+use super::spec::{Encoding, Entry, SpecError, WorkspaceSpec};
 use crate::byte_pipe::{self, PipeReader};
 
 /// Which entries to apply.
@@ -39,6 +39,47 @@ pub fn selects_any(spec: &WorkspaceSpec, selection: Selection, binds: BindMounts
             (Selection::EphemeralOnly, _) => f.ephemeral,
         })
     })
+}
+
+/// Checks that every host path the selection reads (`local_file`,
+/// `local_dir`) or links (`bind_mount`) exists and is of the right kind, so
+/// a mistyped path is refused by name before anything is written.
+pub fn check_sources(spec: &WorkspaceSpec, selection: Selection) -> Result<(), SpecError> {
+    for f in spec.flatten()? {
+        let selected = match (selection, f.entry) {
+            (_, Entry::BindMount { .. }) => true,
+            (Selection::All, _) => true,
+            (Selection::EphemeralOnly, _) => f.ephemeral,
+        };
+        let (path, want_dir) = match f.entry {
+            Entry::LocalFile { path, .. } => (path, Some(false)),
+            Entry::LocalDir { path, .. } => (path, Some(true)),
+            Entry::BindMount { host_path, .. } => (host_path, None),
+            _ => continue,
+        };
+        if !selected {
+            continue;
+        }
+        let problem = match (std::fs::metadata(path), want_dir) {
+            (Err(e), _) if e.kind() == io::ErrorKind::NotFound => "does not exist".to_string(),
+            (Err(e), _) => format!("cannot be read: {e}"),
+            (Ok(m), Some(true)) if !m.is_dir() => {
+                "is not a directory (a local_dir entry copies a directory; use local_file for a file)"
+                    .to_string()
+            }
+            (Ok(m), Some(false)) if !m.is_file() => {
+                "is not a regular file (a local_file entry copies one file; use local_dir for a directory)"
+                    .to_string()
+            }
+            _ => continue,
+        };
+        return Err(SpecError::HostPath {
+            key: f.path.display().to_string(),
+            path: path.clone(),
+            problem,
+        });
+    }
+    Ok(())
 }
 
 /// Streams the selected entries as a tar archive.

@@ -124,6 +124,17 @@ pub enum SpecError {
         /// The decoder's complaint.
         message: String,
     },
+    /// A `local_file`, `local_dir` or `bind_mount` entry names a host path
+    /// that is missing or of the wrong kind.
+    #[error("workspace entry {key:?}: its host path {} {problem}", path.display())]
+    HostPath {
+        /// The entry (its path relative to the root).
+        key: String,
+        /// The host path it names.
+        path: PathBuf,
+        /// What is wrong with it, e.g. "does not exist".
+        problem: String,
+    },
 }
 
 /// One entry flattened to its full relative path.
@@ -190,6 +201,32 @@ impl WorkspaceSpec {
             .filter(|f| f.ephemeral || matches!(f.entry, Entry::BindMount { .. }))
             .map(|f| f.path)
             .collect())
+    }
+
+    /// Makes every relative host path (`local_file`, `local_dir`,
+    /// `bind_mount`) absolute against `base`, the directory of the manifest
+    /// file, so a manifest means the same files whichever directory later
+    /// commands run from.
+    pub fn resolve_host_paths(&mut self, base: &Path) {
+        fn walk(entries: &mut BTreeMap<String, Entry>, base: &Path) {
+            for entry in entries.values_mut() {
+                match entry {
+                    Entry::LocalFile { path, .. } | Entry::LocalDir { path, .. } => {
+                        if path.is_relative() {
+                            *path = base.join(&*path);
+                        }
+                    }
+                    Entry::BindMount { host_path, .. } => {
+                        if host_path.is_relative() {
+                            *host_path = base.join(&*host_path);
+                        }
+                    }
+                    Entry::Dir { children, .. } => walk(children, base),
+                    Entry::File { .. } => {}
+                }
+            }
+        }
+        walk(&mut self.entries, base);
     }
 
     /// The bind mounts, with their relative paths.

@@ -35,8 +35,8 @@ pub struct GcReport {
 
 /// What a stop writes before each pack upload.
 #[derive(Deserialize)]
-struct Journal {
-    packs: Vec<String>,
+pub(super) struct Journal {
+    pub(super) packs: Vec<String>,
 }
 
 impl DedupSnapshot {

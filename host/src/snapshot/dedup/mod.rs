@@ -15,6 +15,7 @@
 
 mod cache;
 mod chunker;
+mod delete;
 mod format;
 mod gc;
 mod persist;
@@ -30,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use cache::{PackCache, DEFAULT_CACHE_BYTES};
 pub use chunker::ChunkerParams;
+pub use delete::Keep;
 pub use format::FORMAT_VERSION;
 pub use gc::GcReport;
 pub use record::{DedupRecord, Generation, StopStats};
@@ -206,21 +208,40 @@ impl DedupSnapshot {
         found
     }
 
-    /// Marks the current generation as the base of a fork, so garbage
-    /// collection keeps it and the packs it references; returns it.
-    pub async fn pin_head(&self) -> Result<Generation, StoreError> {
-        let head = self.record().head().cloned().ok_or_else(|| {
-            StoreError::Storage(StorageError::NotFound(format!(
-                "snapshot {} has no generation yet: stop it once before forking it",
-                self.id
-            )))
-        })?;
+    /// Marks a generation as the base of a fork, so garbage collection
+    /// keeps it and the packs it references; returns it. `number` picks
+    /// a kept generation; by default (`None`), the newest one (or, before
+    /// this snapshot's first stop, the generation it was forked from).
+    pub async fn pin_generation(&self, number: Option<u64>) -> Result<Generation, StoreError> {
+        let record = self.record();
+        let chosen = match number {
+            Some(n) => record.find(n).cloned().ok_or_else(|| {
+                StoreError::Storage(StorageError::NotFound(format!(
+                    "generation {n} of snapshot {} is not kept (kept: {})",
+                    self.id,
+                    record.kept_numbers()
+                )))
+            })?,
+            None => record
+                .generations
+                .iter()
+                .chain(&record.pinned)
+                .max_by_key(|g| g.number)
+                .or(record.head())
+                .cloned()
+                .ok_or_else(|| {
+                    StoreError::Storage(StorageError::NotFound(format!(
+                        "snapshot {} has no generation yet: stop it once before forking it",
+                        self.id
+                    )))
+                })?,
+        };
         let marker =
-            serde_json::to_vec(&serde_json::json!({ "pinned": head.index })).unwrap_or_default();
+            serde_json::to_vec(&serde_json::json!({ "pinned": chosen.index })).unwrap_or_default();
         self.client
-            .upload(&names::pin(&head.index), &mut &marker[..])
+            .upload(&names::pin(&chosen.index), &mut &marker[..])
             .await?;
-        Ok(head)
+        Ok(chosen)
     }
 
     /// The snapshot's store.
@@ -325,6 +346,10 @@ impl SandboxSnapshot for DedupSnapshot {
             // be a whole tar restores from that.
             None => self.client.exists(self.id.as_str()).await,
         }
+    }
+
+    async fn delete_stored(&self) -> Result<crate::snapshot::DeleteReport, StoreError> {
+        self.delete_all(&Keep::Pinned, false).await
     }
 
     fn as_dedup(&self) -> Option<&DedupSnapshot> {

@@ -146,7 +146,7 @@ async fn a_pinned_generation_survives_its_snapshot_moving_on() {
     let src = DedupSnapshot::new(id("src"), client.clone(), DedupOptions::default());
     let base = tar_of(&[("x", &big(5, 500_000))]);
     src.persist(&mut &base[..]).await.unwrap();
-    let pinned = src.pin_head().await.unwrap();
+    let pinned = src.pin_generation(None).await.unwrap();
     let fork = DedupSnapshot::resume(
         id("fork"),
         client.clone(),
