@@ -623,3 +623,40 @@ fn readme_sections_run_as_printed() {
         "the README's steps leave no sandbox behind"
     );
 }
+
+/// A store that fails while `rm` deletes the snapshot: the error names the
+/// plugin, the call and the trap on one line, the state stays, and `rm`
+/// again (the store mended) finishes the job.
+#[test]
+fn rm_keeps_the_sandbox_when_its_store_fails_and_finishes_when_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let store = fs_store_manifest(dir.path());
+    let good = std::fs::read_to_string(&store).unwrap();
+    let remote = format!("remote:{}", store.display());
+    berth_ok(&home, &["create", "r", "--snapshot", &remote]);
+    berth_ok(&home, &["exec", "r", "--", "echo x > f"]);
+    berth_ok(&home, &["stop", "r"]);
+    let stored = files_under(&dir.path().join("store"));
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    write(
+        &store,
+        &format!(
+            "name = \"faulty\"\ncomponent = {:?}\nworld = \"remote-client-plugin\"\n[config]\nfault = \"trap\"\n",
+            guest("faulty_store")
+        ),
+    );
+    let err = berth_err(&home, &["rm", "r"]);
+    assert!(err.contains("plugin faulty trapped during"), "{err}");
+    assert!(!err.contains("wasm backtrace:"), "{err}");
+    assert!(!err.contains("_cabi"), "{err}");
+    assert!(err.contains("`berth rm r` again"), "{err}");
+    assert!(home.join("sandboxes/r.json").exists(), "the state was lost");
+    write(&store, &good);
+    let out = berth_ok(&home, &["rm", "r"]);
+    assert!(out.contains("deleted snapshot"), "{out}");
+    assert_eq!(
+        files_under(&dir.path().join("store")),
+        Vec::<PathBuf>::new()
+    );
+}

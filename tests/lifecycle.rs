@@ -139,8 +139,10 @@ async fn four_start_branches_stop_and_resume() {
 async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path().join("home"));
+    let source = dir.path().join("missing");
+    std::fs::write(&source, "here at create").unwrap();
     let spec: WorkspaceSpec = serde_json::from_value(serde_json::json!({
-        "entries": {"x": {"type": "local_file", "path": dir.path().join("missing")}}
+        "entries": {"x": {"type": "local_file", "path": source}}
     }))
     .unwrap();
     let mut sb = client
@@ -153,8 +155,16 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
         .await
         .unwrap();
     assert_eq!(sb.state().snapshot.id.as_str(), "my-stable-id");
+    // The file goes between create and start: start refuses by name.
+    std::fs::remove_file(&source).unwrap();
     let err = sb.start().await.unwrap_err();
-    assert!(berth_tests::chain(&err).contains("missing"), "{err:?}");
+    assert!(
+        matches!(
+            &err,
+            berth::SandboxError::Spec(berth::workspace::spec::SpecError::HostPath { key, .. }) if key == "x"
+        ),
+        "{err:?}"
+    );
     assert!(!sb.state().workspace_root_ready);
     assert!(!sb.is_running());
 

@@ -47,7 +47,7 @@ pub fn berth_bin() -> PathBuf {
     let bin = target.join("debug").join("berth");
     assert!(
         bin.is_file(),
-        "{} is missing: run `cargo build -p berth` (cargo xtask test does it)",
+        "{} is missing: run `cargo build -p berth-cli` (cargo xtask test does it)",
         bin.display()
     );
     bin

@@ -35,7 +35,7 @@ pub enum PluginError {
         message: String,
     },
     /// The guest trapped (panic, unreachable, stack overflow, ...).
-    #[error("plugin {plugin} trapped during {operation}: {message}\nwasm backtrace:\n{backtrace}")]
+    #[error("plugin {plugin} trapped during {operation}: {message} (RUST_LOG=berth=debug logs its wasm backtrace)")]
     Trap {
         /// Plugin name.
         plugin: String,
@@ -43,7 +43,8 @@ pub enum PluginError {
         operation: &'static str,
         /// The trap message.
         message: String,
-        /// The guest's wasm backtrace, as far as known.
+        /// The guest's wasm backtrace, as far as known (logged at debug
+        /// level; not part of the message).
         backtrace: String,
     },
     /// The call ran past its deadline and was cut off.

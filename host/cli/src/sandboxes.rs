@@ -674,14 +674,15 @@ these orphans are still there; `berth rm {name}` again once their engine answers
     };
     saved.state = sandbox.state();
     if let Err(e) = closed {
+        let e = anyhow::Error::new(e);
         if !force {
             save(&home, &saved)?;
             bail!(
-                "{e}\nthe state file {} was kept; fix the problem or use `berth rm --force {name}`",
+                "{e:#}\nthe state file {} was kept; fix the problem or use `berth rm --force {name}`",
                 path.display()
             );
         }
-        eprintln!("berth: {e} (removing anyway: --force)");
+        eprintln!("berth: {e:#} (removing anyway: --force)");
     }
     if !keep_snapshot {
         let snapshot = saved.state.snapshot.clone();
@@ -693,12 +694,16 @@ these orphans are still there; `berth rm {name}` again once their engine answers
                 }
             }
             Err(e) if force => {
-                eprintln!("berth: deleting the snapshot failed: {e} (removing anyway: --force; its objects stay in the store)")
+                eprintln!(
+                    "berth: deleting the snapshot failed: {:#} (removing anyway: --force; its objects stay in the store)",
+                    anyhow::Error::new(e)
+                )
             }
             Err(e) => {
                 save(&home, &saved)?;
                 bail!(
-                    "{e}\nthe sandbox is shut down but its snapshot {} is still stored; `berth rm {name}` again deletes it, `berth rm --force {name}` forgets it",
+                    "deleting the snapshot failed: {:#}\nthe sandbox is shut down but its snapshot {} is still stored; `berth rm {name}` again deletes it, `berth rm --force {name}` forgets it",
+                    anyhow::Error::new(e),
                     snapshot.id
                 );
             }

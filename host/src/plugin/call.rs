@@ -96,6 +96,7 @@ impl LoadedPlugin {
             .downcast_ref::<wasmtime::WasmBacktrace>()
             .map(|b| b.to_string())
             .unwrap_or_else(|| "(none captured)".into());
+        tracing::debug!(%plugin, operation, "plugin trapped; wasm backtrace:\n{backtrace}");
         if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
             return PluginError::Trap {
                 plugin,
@@ -104,10 +105,17 @@ impl LoadedPlugin {
                 backtrace,
             };
         }
+        // One line for people: the chain's first line, without the
+        // backtrace a context may carry.
+        let message = format!("{err:#}")
+            .lines()
+            .next()
+            .unwrap_or("unknown trap")
+            .to_string();
         PluginError::Trap {
             plugin,
             operation,
-            message: format!("{err:#}"),
+            message,
             backtrace,
         }
     }
