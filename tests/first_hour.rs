@@ -64,6 +64,22 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `berth plugin check TARGET` with small round trips.
+fn quick_check(target: &Path) -> Output {
+    Command::new(berth_bin())
+        .args([
+            "plugin",
+            "check",
+            "--large-size",
+            "0",
+            "--medium-size",
+            "1MiB",
+        ])
+        .arg(target)
+        .output()
+        .unwrap()
+}
+
 /// A manifest for the fs-store storing in `dir/store` (not created: the
 /// rw grant creates it).
 fn fs_store_manifest(dir: &Path) -> PathBuf {
@@ -429,18 +445,7 @@ fn output_reads_as_words_and_columns_line_up() {
         assert_eq!(&line[ready_column..ready_column + 3], "yes", "{ls}");
     }
 
-    let out = Command::new(berth_bin())
-        .args([
-            "plugin",
-            "check",
-            "--large-size",
-            "0",
-            "--medium-size",
-            "1MiB",
-        ])
-        .arg(guest("fs_store"))
-        .output()
-        .unwrap();
+    let out = quick_check(&guest("fs_store"));
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
     let first = stdout.lines().next().unwrap_or_default();
@@ -531,18 +536,7 @@ fn errors_name_what_failed() {
             guest("fs_store")
         ),
     );
-    let out = Command::new(berth_bin())
-        .args([
-            "plugin",
-            "check",
-            "--large-size",
-            "0",
-            "--medium-size",
-            "1MiB",
-        ])
-        .arg(&manifest)
-        .output()
-        .unwrap();
+    let out = quick_check(&manifest);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
     assert!(
