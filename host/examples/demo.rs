@@ -109,7 +109,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         .await?;
     let branch = sandbox.start().await?;
     let root = sandbox.state().backend.decode::<LocalState>()?.root_dir;
-    println!("    started ({branch:?}); workspace at {}", root.display());
+    println!("    started: {branch}; workspace at {}", root.display());
 
     step(3, "The agent runs commands");
     print!(
@@ -153,7 +153,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         .resume(SandboxState::from_json(&state_json)?, None, options())
         .await?;
     let branch = resumed.start().await?;
-    println!("    started ({branch:?})");
+    println!("    started: {branch}");
     let after = sh(
         &resumed,
         "find . -path ./.cache -prune -o -type f -print | sort | xargs sha256sum",
@@ -265,10 +265,7 @@ async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<
         .resume(SandboxState::from_json(&state.to_json())?, None, options())
         .await?;
     let branch = resumed.start().await?;
-    println!(
-        "    {branch:?} in {:.0} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    println!("    {branch}, in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
     let after = sh(&resumed, "sha256sum note.txt n.txt").await?;
     if after != before {
         bail!("the restored container workspace differs");
