@@ -33,6 +33,17 @@ fn write(path: &Path, content: &str) {
     std::fs::write(path, content).unwrap();
 }
 
+/// A scratch directory with a `home` for berth and a host directory
+/// `data` holding `in.txt`, to bind into workspaces.
+fn bind_fixture() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    write(&data.join("in.txt"), "host data\n");
+    (dir, home, data)
+}
+
 fn manifest_with_bind(dir: &Path, host: &Path, read_only: bool) -> PathBuf {
     let ws = dir.join("ws.json");
     write(
@@ -97,12 +108,7 @@ fn fs_store_manifest(dir: &Path) -> PathBuf {
 
 #[test]
 fn local_backend_refuses_a_read_only_bind_rather_than_make_it_writable() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    write(&data.join("in.txt"), "host data\n");
-
+    let (dir, home, data) = bind_fixture();
     let ws = manifest_with_bind(dir.path(), &data, true);
     let err = berth_err(
         &home,
@@ -165,11 +171,7 @@ async fn docker_mounts_a_read_only_bind_read_only() {
     {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    write(&data.join("in.txt"), "host data\n");
+    let (dir, home, data) = bind_fixture();
     let ws = manifest_with_bind(dir.path(), &data, true);
     let image = berth_tests::test_image();
     let create = [

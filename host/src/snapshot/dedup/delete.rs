@@ -13,7 +13,6 @@
 use std::collections::BTreeSet;
 
 use super::format::names;
-use super::gc::Journal;
 use super::{is_not_found, DedupSnapshot};
 use crate::snapshot::{DeleteReport, KeptObject};
 use crate::store_error::StoreError;
@@ -94,31 +93,18 @@ impl DedupSnapshot {
                 Err(e) => return Err(e),
             }
         }
-        let journal_id = names::journal(self.id.as_str());
-        let journal = match self
-            .fetch_small(&journal_id, 16 * 1024 * 1024, "journal")
-            .await
-        {
-            Ok(bytes) => {
-                if let Ok(j) = serde_json::from_slice::<Journal>(&bytes) {
-                    candidates.extend(j.packs);
-                }
+        let journal = match self.journal_packs().await? {
+            Some(packs) => {
+                candidates.extend(packs);
                 true
             }
-            Err(e) if is_not_found(&e) => false,
-            Err(e) => return Err(e),
+            None => false,
         };
-        let packs: Vec<String> = candidates
-            .into_iter()
-            .filter(|p| {
-                names::parse_pack(p).is_some_and(|(tag, _)| tag == self.tag)
-                    && !referenced.contains(p)
-            })
-            .collect();
+        let packs = self.own_unreferenced(candidates, &referenced);
         let mut objects: Vec<String> = packs;
         objects.extend(indexes_gone.iter().cloned());
         if journal {
-            objects.push(journal_id);
+            objects.push(names::journal(self.id.as_str()));
         }
         if matches!(keep, Keep::Bases(_)) {
             for index in &indexes_gone {

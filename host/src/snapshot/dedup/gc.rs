@@ -35,11 +35,45 @@ pub struct GcReport {
 
 /// What a stop writes before each pack upload.
 #[derive(Deserialize)]
-pub(super) struct Journal {
-    pub(super) packs: Vec<String>,
+struct Journal {
+    packs: Vec<String>,
 }
 
 impl DedupSnapshot {
+    /// The packs listed by the journal an interrupted stop left, or `None`
+    /// when there is no journal. An unreadable journal lists nothing.
+    pub(super) async fn journal_packs(&self) -> Result<Option<Vec<String>>, StoreError> {
+        let journal_id = names::journal(self.id.as_str());
+        match self
+            .fetch_small(&journal_id, 16 * 1024 * 1024, "journal")
+            .await
+        {
+            Ok(bytes) => Ok(Some(
+                serde_json::from_slice::<Journal>(&bytes)
+                    .map(|j| j.packs)
+                    .unwrap_or_default(),
+            )),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Of `candidates`, the packs carrying this snapshot's owner tag that
+    /// `referenced` does not hold: the only packs it may ever delete.
+    pub(super) fn own_unreferenced(
+        &self,
+        candidates: BTreeSet<String>,
+        referenced: &BTreeSet<String>,
+    ) -> Vec<String> {
+        candidates
+            .into_iter()
+            .filter(|p| {
+                names::parse_pack(p).is_some_and(|(tag, _)| tag == self.tag)
+                    && !referenced.contains(p)
+            })
+            .collect()
+    }
+
     /// Deletes (or, with `dry_run`, lists) the objects of this snapshot that
     /// no retained generation needs. Run it under the sandbox's lock.
     pub async fn collect_garbage(&self, dry_run: bool) -> Result<GcReport, StoreError> {
@@ -87,26 +121,11 @@ impl DedupSnapshot {
             }
         }
         let journal_id = names::journal(self.id.as_str());
-        match self
-            .fetch_small(&journal_id, 16 * 1024 * 1024, "journal")
-            .await
-        {
-            Ok(bytes) => {
-                report.journal = true;
-                if let Ok(j) = serde_json::from_slice::<Journal>(&bytes) {
-                    candidates.extend(j.packs);
-                }
-            }
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e),
+        if let Some(packs) = self.journal_packs().await? {
+            report.journal = true;
+            candidates.extend(packs);
         }
-        report.packs = candidates
-            .into_iter()
-            .filter(|p| {
-                names::parse_pack(p).is_some_and(|(tag, _)| tag == self.tag)
-                    && !referenced.contains(p)
-            })
-            .collect();
+        report.packs = self.own_unreferenced(candidates, &referenced);
         if dry_run {
             return Ok(report);
         }
