@@ -20,7 +20,7 @@ async fn sandbox(client: &SandboxClient, options: DockerOptions) -> Sandbox {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(options)),
+                .backend(BackendSpec::new(options)),
         )
         .await
         .unwrap();

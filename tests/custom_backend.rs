@@ -1,17 +1,19 @@
 //! A `Backend` written outside the crate, as an embedder would: a workspace
-//! in a host directory with its own state type, driven by the same
-//! lifecycle (start, exec, stop, shutdown, resume from JSON with
-//! `resume_with_backend`), snapshots and lineage guard included.
+//! in a host directory with its own state type, its options and its
+//! registered provider, driven by the same lifecycle (start, exec, stop,
+//! shutdown, resume from JSON, listed, forked-like), snapshots and lineage
+//! guard included; and without registration, `resume_with_backend`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use berth::backend::{
-    ArchiveStream, Backend, BackendError, BackendState, ExecRequest, ExecResult, Provisioned,
+    ArchiveStream, Backend, BackendError, BackendOptions, BackendProvider, BackendState,
+    BackendSummary, CreateContext, ExecRequest, ExecResult, Provisioned,
 };
 use berth::sandbox::{
-    BackendSpec, SandboxClient, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec,
-    StartBranch,
+    BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
+    SnapshotSpec, StartBranch,
 };
 use berth::workspace::archive::{extract_stream, pack_dir};
 use berth::workspace::entries::BindMounts;
@@ -40,6 +42,62 @@ fn failed(
     }
 }
 
+/// Options of a new `test-dir` sandbox: where its directories go.
+#[derive(Debug)]
+struct DirOptions {
+    parent: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl BackendOptions for DirOptions {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    async fn create(
+        self: Box<Self>,
+        context: &CreateContext<'_>,
+    ) -> Result<Box<dyn Backend>, BackendError> {
+        Ok(Box::new(DirBackend {
+            state: DirState {
+                dir: self.parent.join(context.session_id),
+            },
+        }))
+    }
+}
+
+/// The `test-dir` provider, registered with the client.
+struct DirProvider;
+
+#[async_trait::async_trait]
+impl BackendProvider for DirProvider {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    async fn resume(
+        &self,
+        state: &BackendState,
+        _session_id: &str,
+    ) -> Result<Box<dyn Backend>, BackendError> {
+        Ok(Box::new(DirBackend {
+            state: state.decode()?,
+        }))
+    }
+
+    fn summary(&self, state: &BackendState) -> BackendSummary {
+        let dir: Option<DirState> = state.decode().ok();
+        BackendSummary::new(dir.map(|d| d.dir.display().to_string()), None)
+    }
+
+    fn options_like(&self, state: &BackendState) -> Result<BackendSpec, BackendError> {
+        let dir: DirState = state.decode()?;
+        Ok(BackendSpec::new(DirOptions {
+            parent: dir.dir.parent().unwrap_or(&dir.dir).to_path_buf(),
+        }))
+    }
+}
+
 #[async_trait::async_trait]
 impl Backend for DirBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
@@ -65,23 +123,62 @@ impl Backend for DirBackend {
         Ok(())
     }
 
+    /// Runs the command in its own process group, killed whole at the
+    /// timeout; output is capped as the request says.
     async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
-        let out = tokio::process::Command::new("sh")
+        let started = std::time::Instant::now();
+        let mut child = tokio::process::Command::new("sh")
             .args(["-c", &request.command])
             .current_dir(&self.state.dir)
             .envs(&request.env)
-            .output()
-            .await
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
             .map_err(|e| failed("exec", e))?;
+        let pgid = child.id().unwrap_or(0);
+        let mut stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let read = async {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let (a, b) = tokio::join!(
+                tokio::io::AsyncReadExt::read_to_end(&mut stdout, &mut out),
+                tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut err)
+            );
+            a.and(b).map(|_| (out, err))
+        };
+        let (timed_out, (out, err)) = match tokio::time::timeout(request.timeout, read).await {
+            Ok(read) => (false, read.map_err(|e| failed("reading output", e))?),
+            Err(_) => {
+                // The whole group: whatever the command started dies too.
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &format!("-{pgid}")])
+                    .status();
+                (true, (Vec::new(), Vec::new()))
+            }
+        };
+        let status = child.wait().await.map_err(|e| failed("waiting", e))?;
+        let cap = |mut bytes: Vec<u8>, limit: usize| {
+            let dropped = bytes.len().saturating_sub(limit) as u64;
+            bytes.truncate(limit);
+            (String::from_utf8_lossy(&bytes).into_owned(), dropped)
+        };
+        let (stdout, stdout_dropped) = cap(out, request.stdout_cap);
+        let (stderr, stderr_dropped) = cap(err, request.stderr_cap);
         Ok(ExecResult {
-            exit_code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            truncated: false,
-            stdout_dropped: 0,
-            stderr_dropped: 0,
-            timed_out: false,
-            duration_ms: 0,
+            exit_code: if timed_out {
+                124
+            } else {
+                status.code().unwrap_or(-1)
+            },
+            stdout,
+            stderr,
+            truncated: stdout_dropped + stderr_dropped > 0,
+            stdout_dropped,
+            stderr_dropped,
+            timed_out,
+            duration_ms: started.elapsed().as_millis() as u64,
         })
     }
 
@@ -127,7 +224,7 @@ async fn a_backend_written_outside_the_crate_runs_the_whole_lifecycle() {
         .snapshot(SnapshotSpec::Local {
             base_dir: home.path().join("snaps"),
         })
-        .backend(BackendSpec::Custom(Box::new(backend)));
+        .backend(BackendSpec::custom(Box::new(backend)));
     let mut sb = client.create(spec).await.unwrap();
     assert_eq!(sb.start().await.unwrap(), StartBranch::Fresh);
     let r = sb
@@ -139,7 +236,7 @@ async fn a_backend_written_outside_the_crate_runs_the_whole_lifecycle() {
         .unwrap();
     assert_eq!(r.stdout, "a\n");
     sb.stop().await.unwrap();
-    let saved = sb.state().to_json();
+    let saved = sb.state().to_json().unwrap();
     sb.shutdown().await.unwrap();
     assert!(!dir.exists());
 
@@ -149,13 +246,20 @@ async fn a_backend_written_outside_the_crate_runs_the_whole_lifecycle() {
     let backend = DirBackend {
         state: state.backend.decode().unwrap(),
     };
-    // The library cannot construct it: it says how to.
+    // A client without its provider cannot construct it: it says which
+    // kinds it knows.
     let err = client
         .resume(state.clone(), None, SandboxOptions::default())
         .await
         .err()
         .unwrap();
-    assert!(err.to_string().contains("resume_with_backend"), "{err}");
+    match &err {
+        SandboxError::UnknownBackend { kind, known } => {
+            assert_eq!(kind, KIND);
+            assert!(known.contains(&"local".to_string()), "{known:?}");
+        }
+        other => panic!("expected UnknownBackend, got {other}"),
+    }
     let mut sb = client
         .resume_with_backend(state, None, Box::new(backend), SandboxOptions::default())
         .await
@@ -170,4 +274,116 @@ async fn a_backend_written_outside_the_crate_runs_the_whole_lifecycle() {
         .unwrap();
     assert_eq!(r.stdout, "a\nb\n");
     sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registered_provider_creates_resumes_lists_and_makes_one_like_it() {
+    let home = tempfile::tempdir().unwrap();
+    let parent = home.path().join("dirs");
+    let client = SandboxClient::builder(home.path())
+        .backend_provider(DirProvider)
+        .build();
+    assert!(client.backend_kinds().contains(&KIND.to_string()));
+    let workspace: WorkspaceSpec =
+        serde_json::from_str(r#"{"entries": {"a.txt": {"type": "file", "content": "a\n"}}}"#)
+            .unwrap();
+    let spec = SandboxSpec::new(workspace.clone())
+        .snapshot(SnapshotSpec::Local {
+            base_dir: home.path().join("snaps"),
+        })
+        .backend(BackendSpec::new(DirOptions {
+            parent: parent.clone(),
+        }));
+    let mut sb = client.create(spec).await.unwrap();
+    assert_eq!(sb.start().await.unwrap(), StartBranch::Fresh);
+    sb.exec(ExecRequest::new("echo b > b.txt", Duration::from_secs(10)))
+        .await
+        .unwrap();
+    sb.stop().await.unwrap();
+    let state = SandboxState::from_json(&sb.state().to_json().unwrap()).unwrap();
+    let dir: DirState = state.backend.decode().unwrap();
+    assert!(dir.dir.starts_with(&parent), "{dir:?}");
+    let summary = client.backend_summary(&state.backend).unwrap();
+    assert_eq!(summary.instance, Some(dir.dir.display().to_string()));
+    sb.shutdown().await.unwrap();
+
+    // Resumed by kind, as the built-in backends are.
+    let mut sb = client
+        .resume(state.clone(), None, SandboxOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        sb.start().await.unwrap(),
+        StartBranch::Rebuild { restored: true }
+    );
+    let r = sb
+        .exec(ExecRequest::new("cat a.txt b.txt", Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, "a\nb\n");
+    sb.shutdown().await.unwrap();
+
+    // A new sandbox like it: same kind, its own directory.
+    let like = client.backend_like(&state.backend).unwrap();
+    let mut other = client
+        .create(SandboxSpec::new(workspace).backend(like))
+        .await
+        .unwrap();
+    other.start().await.unwrap();
+    let other_dir: DirState = other.state().backend.decode().unwrap();
+    assert_eq!(other.state().backend.kind, KIND);
+    assert_ne!(other_dir.dir, dir.dir);
+    assert!(other_dir.dir.starts_with(&parent));
+    other.shutdown().await.unwrap();
+}
+
+/// The out-of-crate backend passes the backend conformance suite, as the
+/// built-in ones do (`lifecycle.rs`).
+struct DirUnderTest {
+    parent: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl berth::conformance::BackendUnderTest for DirUnderTest {
+    fn name(&self) -> String {
+        "test-dir backend (outside the crate)".into()
+    }
+
+    fn spec(&self) -> BackendSpec {
+        BackendSpec::new(DirOptions {
+            parent: self.parent.clone(),
+        })
+    }
+
+    fn provider(&self) -> Option<std::sync::Arc<dyn BackendProvider>> {
+        Some(std::sync::Arc::new(DirProvider))
+    }
+
+    fn disasters(&self) -> Vec<berth::conformance::Disaster> {
+        vec![berth::conformance::Disaster::WorkspaceDeleted]
+    }
+
+    async fn inflict(
+        &self,
+        disaster: berth::conformance::Disaster,
+        state: &SandboxState,
+    ) -> Result<(), String> {
+        let dir: DirState = state.backend.decode().map_err(|e| e.to_string())?;
+        match disaster {
+            berth::conformance::Disaster::WorkspaceDeleted => {
+                std::fs::remove_dir_all(dir.dir).map_err(|e| e.to_string())
+            }
+            other => Err(format!("cannot inflict {other:?}")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_out_of_crate_backend_passes_the_backend_conformance_suite() {
+    let home = tempfile::tempdir().unwrap();
+    let backend = DirUnderTest {
+        parent: home.path().join("dirs"),
+    };
+    let report = berth::conformance::check_backend(&backend, home.path()).await;
+    assert!(report.passed(), "{}", report.table());
 }

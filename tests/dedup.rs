@@ -47,11 +47,7 @@ fn sh_in(dir: &Path, script: &str) -> String {
 }
 
 fn record(state: &SandboxState) -> DedupRecord {
-    state
-        .snapshot
-        .dedup
-        .clone()
-        .expect("a deduplicated snapshot")
+    DedupRecord::from_fields(&state.snapshot.fields).expect("a deduplicated snapshot")
 }
 
 /// A manifest for the Wasm fs-store keeping its objects in `store`.
@@ -115,7 +111,7 @@ async fn every_kept_generation_restores_identically_over_generated_workspaces() 
             .create(
                 SandboxSpec::new(WorkspaceSpec::default())
                     .snapshot(spec.clone())
-                    .backend(BackendSpec::Local { root_dir: None }),
+                    .backend(BackendSpec::local()),
             )
             .await
             .unwrap();
@@ -158,7 +154,7 @@ async fn every_kept_generation_restores_identically_over_generated_workspaces() 
                 .build();
             let mut sb = client
                 .resume(
-                    SandboxState::from_json(&state.to_json()).unwrap(),
+                    SandboxState::from_json(&state.to_json().unwrap()).unwrap(),
                     Some(spec.clone()),
                     berth::sandbox::SandboxOptions::default(),
                 )

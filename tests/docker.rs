@@ -42,7 +42,7 @@ async fn resume_in_every_case_restores_byte_identical() {
         .create(
             SandboxSpec::new(workspace())
                 .snapshot(SnapshotSpec::Local { base_dir: snaps })
-                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
+                .backend(BackendSpec::new(DockerOptions::new(test_image()))),
         )
         .await
         .unwrap();
@@ -130,7 +130,7 @@ async fn timeout_kills_the_process_inside_the_container() {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
+                .backend(BackendSpec::new(DockerOptions::new(test_image()))),
         )
         .await
         .unwrap();
@@ -197,7 +197,7 @@ async fn limits_labels_and_secure_defaults_are_on_the_container() {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(options)),
+                .backend(BackendSpec::new(options)),
         )
         .await
         .unwrap();
@@ -234,7 +234,7 @@ async fn unsupported_run_arguments_are_refused_by_name() {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(options)),
+                .backend(BackendSpec::new(options)),
         )
         .await
         .err()
@@ -291,7 +291,7 @@ async fn a_container_we_do_not_own_is_left_alone() {
                 .snapshot(SnapshotSpec::Local {
                     base_dir: dir.path().join("snaps"),
                 })
-                .backend(BackendSpec::Docker(
+                .backend(BackendSpec::new(
                     DockerOptions::new(test_image()).existing_container(&name),
                 )),
         )
@@ -328,7 +328,7 @@ async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(options)),
+                .backend(BackendSpec::new(options)),
         )
         .await
         .err()
@@ -375,7 +375,7 @@ async fn a_daemon_error_keeps_its_status_for_callers_to_match() {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
+                .backend(BackendSpec::new(DockerOptions::new(test_image()))),
         )
         .await
         .unwrap();
@@ -415,7 +415,7 @@ async fn a_container_of_another_sandbox_is_never_adopted_by_name() {
     let spec = || {
         SandboxSpec::new(WorkspaceSpec::default())
             .snapshot(SnapshotSpec::Noop)
-            .backend(BackendSpec::Docker(
+            .backend(BackendSpec::new(
                 DockerOptions::new(test_image()).name(name.clone()),
             ))
     };
@@ -446,7 +446,7 @@ async fn a_restore_refused_at_its_last_entry_leaves_nothing_behind() {
                 .snapshot(SnapshotSpec::Local {
                     base_dir: snaps.clone(),
                 })
-                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
+                .backend(BackendSpec::new(DockerOptions::new(test_image()))),
         )
         .await
         .unwrap();

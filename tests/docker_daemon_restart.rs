@@ -99,7 +99,7 @@ async fn a_daemon_restart_mid_session_is_survived() {
                 .snapshot(SnapshotSpec::Local {
                     base_dir: dir.path().join("s"),
                 })
-                .backend(BackendSpec::Docker(DockerOptions::new(test_image()))),
+                .backend(BackendSpec::new(DockerOptions::new(test_image()))),
         )
         .await
         .unwrap();

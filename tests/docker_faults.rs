@@ -26,7 +26,7 @@ async fn new_sandbox(
                 .snapshot(SnapshotSpec::Local {
                     base_dir: snaps.to_path_buf(),
                 })
-                .backend(BackendSpec::Docker(options)),
+                .backend(BackendSpec::new(options)),
         )
         .await
         .unwrap();

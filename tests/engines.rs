@@ -158,7 +158,7 @@ fn a_tls_engine_is_reached_by_endpoint_and_by_context_and_a_wrong_ca_is_refused(
     );
     assert_eq!(out, "hi\n");
     let state = berth_state(&home, "t");
-    let json = state.to_json();
+    let json = state.to_json().unwrap();
     assert_eq!(state.backend.fields["engine"], e.tls.as_str());
     assert_eq!(state.backend.fields["engine_cert_path"], e.certs.as_str());
     assert!(

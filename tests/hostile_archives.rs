@@ -274,9 +274,9 @@ async fn sandbox(dir: &Path) -> Sandbox {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Local {
-                    root_dir: Some(dir.join("root")),
-                })
+                .backend(BackendSpec::new(
+                    berth::backend::local::LocalOptions::default().root_dir(dir.join("root")),
+                ))
                 .options(options),
         )
         .await

@@ -12,6 +12,12 @@ use berth::sandbox::{
 use berth::workspace::WorkspaceSpec;
 use berth_tests::resume_from_json;
 
+#[path = "state_fixtures.rs"]
+mod state_fixtures;
+
+#[path = "backend_conformance.rs"]
+mod backend_conformance;
+
 fn manifest(local_file: &Path) -> WorkspaceSpec {
     serde_json::from_value(serde_json::json!({
         "environment": {"GREETING": "ahoy"},
@@ -48,7 +54,7 @@ async fn four_start_branches_stop_and_resume() {
                 .snapshot(SnapshotSpec::Local {
                     base_dir: snapshots.clone(),
                 })
-                .backend(BackendSpec::Local { root_dir: None }),
+                .backend(BackendSpec::local()),
         )
         .await
         .unwrap();
@@ -150,7 +156,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
             SandboxSpec::new(spec)
                 .snapshot(SnapshotSpec::Noop)
                 .snapshot_id("my-stable-id")
-                .backend(BackendSpec::Local { root_dir: None }),
+                .backend(BackendSpec::local()),
         )
         .await
         .unwrap();
@@ -172,7 +178,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Local { root_dir: None }),
+                .backend(BackendSpec::local()),
         )
         .await
         .unwrap();
@@ -195,7 +201,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
         .create(
             SandboxSpec::new(bad)
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Local { root_dir: None }),
+                .backend(BackendSpec::local()),
         )
         .await
         .err()
@@ -224,7 +230,7 @@ fn state_json_round_trips_and_old_samples_load() {
     assert_eq!(old.backend.kind, berth::backend::local::KIND);
     let local: berth::backend::local::LocalState = old.backend.decode().unwrap();
     assert!(local.owned);
-    let again = SandboxState::from_json(&old.to_json()).unwrap();
+    let again = SandboxState::from_json(&old.to_json().unwrap()).unwrap();
     assert_eq!(again, old);
 }
 
@@ -243,7 +249,7 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
                 .snapshot(SnapshotSpec::Local {
                     base_dir: snapshots.clone(),
                 })
-                .backend(BackendSpec::Local { root_dir: None }),
+                .backend(BackendSpec::local()),
         )
         .await
         .unwrap();
@@ -309,7 +315,7 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
                 .snapshot(SnapshotSpec::Plugin {
                     plugin: manifest_path.clone(),
                 })
-                .backend(BackendSpec::Local { root_dir: None })
+                .backend(BackendSpec::local())
                 .options(options()),
         )
         .await
@@ -329,7 +335,7 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
     let other = SandboxClient::new(dir.path().join("other-home"));
     let mut sb = other
         .resume(
-            SandboxState::from_json(&state.to_json()).unwrap(),
+            SandboxState::from_json(&state.to_json().unwrap()).unwrap(),
             None,
             options(),
         )
@@ -353,7 +359,7 @@ async fn exec_timeout_kills_the_process_group_and_caps_count_bytes() {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Local { root_dir: None }),
+                .backend(BackendSpec::local()),
         )
         .await
         .unwrap();
@@ -411,9 +417,9 @@ async fn close_runs_shutdown_even_when_stop_fails() {
                 .snapshot(SnapshotSpec::Local {
                     base_dir: dir.path().join("snaps"),
                 })
-                .backend(BackendSpec::Local {
-                    root_dir: Some(dir.path().join("ws")),
-                }),
+                .backend(BackendSpec::new(
+                    berth::backend::local::LocalOptions::default().root_dir(dir.path().join("ws")),
+                )),
         )
         .await
         .unwrap();

@@ -142,7 +142,7 @@ async fn stop_freezes_the_container_so_the_snapshot_is_one_moment() {
                         base_dir: snaps.clone(),
                     })
                     .snapshot_id("freeze")
-                    .backend(BackendSpec::Docker(DockerOptions::new(test_image())))
+                    .backend(BackendSpec::new(DockerOptions::new(test_image())))
                     .options(options),
             )
             .await
@@ -227,7 +227,7 @@ async fn a_store_that_keeps_sending_is_cut_off_at_the_recorded_size() {
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Remote { plugin: manifest })
                 .snapshot_id("endless")
-                .backend(BackendSpec::Local { root_dir: None }),
+                .backend(BackendSpec::local()),
         )
         .await
         .unwrap();
@@ -290,7 +290,7 @@ async fn hydrate_reads_a_users_stream_no_further_than_the_archive_limit() {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Local { root_dir: None })
+                .backend(BackendSpec::local())
                 .options(options),
         )
         .await
@@ -317,9 +317,9 @@ async fn stop_refuses_a_workspace_that_replaced_the_one_it_set_up() {
                     base_dir: dir.path().join("snaps"),
                 })
                 .snapshot_id("guarded")
-                .backend(BackendSpec::Local {
-                    root_dir: Some(root.clone()),
-                }),
+                .backend(BackendSpec::new(
+                    berth::backend::local::LocalOptions::default().root_dir(root.clone()),
+                )),
         )
         .await
         .unwrap();

@@ -161,9 +161,9 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
     let (before, state) = if lib {
         let client = SandboxClient::new(&home);
         let backend = if docker {
-            BackendSpec::Docker(DockerOptions::new(test_image()))
+            BackendSpec::new(DockerOptions::new(test_image()))
         } else {
-            BackendSpec::Local { root_dir: None }
+            BackendSpec::local()
         };
         let mut sb = client
             .create(

@@ -189,7 +189,7 @@ async fn a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory() {
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Remote { plugin: manifest })
-                .backend(BackendSpec::Local { root_dir: None }),
+                .backend(BackendSpec::local()),
         )
         .await
         .unwrap();
@@ -206,7 +206,7 @@ async fn a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory() {
         .unwrap()
         .stdout;
     sb.stop().await.unwrap();
-    let json = sb.state().to_json();
+    let json = sb.state().to_json().unwrap();
     sb.shutdown().await.unwrap();
 
     // "Another host": a different home, nothing but the state JSON.
@@ -244,7 +244,7 @@ async fn boto3_reads_what_the_plugin_wrote_as_a_valid_tar() {
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Remote { plugin: manifest })
                 .snapshot_id("boto3-check")
-                .backend(BackendSpec::Local { root_dir: None }),
+                .backend(BackendSpec::local()),
         )
         .await
         .unwrap();

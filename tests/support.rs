@@ -270,7 +270,7 @@ pub async fn resume_from_json(
 ) -> berth::sandbox::Sandbox {
     client
         .resume(
-            berth::sandbox::SandboxState::from_json(&state.to_json()).unwrap(),
+            berth::sandbox::SandboxState::from_json(&state.to_json().unwrap()).unwrap(),
             None,
             berth::sandbox::SandboxOptions::default(),
         )

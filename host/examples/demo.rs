@@ -103,7 +103,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 .snapshot(SnapshotSpec::Remote {
                     plugin: manifest.clone(),
                 })
-                .backend(BackendSpec::Local { root_dir: None })
+                .backend(BackendSpec::local())
                 .options(options()),
         )
         .await?;
@@ -142,7 +142,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         state.snapshot.size.unwrap_or(0),
         state.snapshot.digest.as_deref().unwrap_or("-")
     );
-    let state_json = state.to_json();
+    let state_json = state.to_json()?;
 
     step(5, "Disaster: the workspace directory is deleted");
     std::fs::remove_dir_all(&root).context("deleting the workspace")?;
@@ -214,7 +214,7 @@ async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<
                 .snapshot(SnapshotSpec::Remote {
                     plugin: manifest.to_path_buf(),
                 })
-                .backend(BackendSpec::Docker(
+                .backend(BackendSpec::new(
                     DockerOptions::new(image).memory(256 << 20),
                 ))
                 .options(options()),
@@ -262,7 +262,7 @@ async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<
     );
     let t = Instant::now();
     let mut resumed = client
-        .resume(SandboxState::from_json(&state.to_json())?, None, options())
+        .resume(SandboxState::from_json(&state.to_json()?)?, None, options())
         .await?;
     let branch = resumed.start().await?;
     println!("    {branch}, in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);

@@ -29,7 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = |cmd: &str| ExecRequest::new(cmd, Duration::from_secs(30));
     sandbox.exec(run("echo done >> task.md")).await?;
     sandbox.stop().await?;
-    let saved = sandbox.state().to_json();
+    let saved = sandbox.state().to_json()?;
     sandbox.shutdown().await?; // the workspace is gone; the snapshot is in the store
     drop(sandbox);
 

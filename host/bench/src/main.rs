@@ -294,9 +294,9 @@ async fn berth_roundtrip(
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(snapshot)
-                .backend(BackendSpec::Local {
-                    root_dir: Some(src.to_path_buf()),
-                }),
+                .backend(BackendSpec::new(
+                    berth::backend::local::LocalOptions::default().root_dir(src.to_path_buf()),
+                )),
         )
         .await?;
     sb.start().await?;
@@ -639,7 +639,7 @@ async fn docker_rows(
                 .snapshot(SnapshotSpec::Local {
                     base_dir: snaps.clone(),
                 })
-                .backend(BackendSpec::Docker(DockerOptions::new(image.clone())))
+                .backend(BackendSpec::new(DockerOptions::new(image.clone())))
                 .options(opts()),
         )
     };
@@ -682,7 +682,7 @@ async fn docker_rows(
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::Docker(
+                .backend(BackendSpec::new(
                     DockerOptions::new(image.clone()).agent(false),
                 ))
                 .options(opts()),
@@ -1065,9 +1065,9 @@ async fn sandbox_over(
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(snapshot)
-                .backend(BackendSpec::Local {
-                    root_dir: Some(src.to_path_buf()),
-                }),
+                .backend(BackendSpec::new(
+                    berth::backend::local::LocalOptions::default().root_dir(src.to_path_buf()),
+                )),
         )
         .await?;
     sb.start().await?;
@@ -1167,10 +1167,7 @@ async fn dedup_rows(
             let t = Instant::now();
             dedup.stop().await?;
             let secs = t.elapsed().as_secs_f64();
-            let stats = dedup
-                .state()
-                .snapshot
-                .dedup
+            let stats = berth::snapshot::DedupRecord::from_fields(&dedup.state().snapshot.fields)
                 .and_then(|d| d.last_stop)
                 .context("a deduplicated stop records its stats")?;
             stops[i].push((secs, stats.uploaded_bytes, stats.upload_calls));

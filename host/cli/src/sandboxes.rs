@@ -6,13 +6,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use berth::backend::docker::{DockerOptions, EngineChoice, PullPolicy, PullProgress};
+use berth::backend::docker::{
+    DockerOptions, DockerProvider, EngineChoice, PullPolicy, PullProgress,
+};
+use berth::backend::local::LocalOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
     BackendSpec, Progress, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SandboxState,
     SnapshotSpec, StateFile, StateLock, StateSink,
 };
-use berth::snapshot::DeleteReport;
+use berth::snapshot::{DedupRecord, DeleteReport};
 use berth::workspace::WorkspaceSpec;
 use berth::SnapshotId;
 use clap::Args;
@@ -100,9 +103,16 @@ fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxO
         freeze_during_stop: freeze,
         state_sink: Some(StateSink(std::sync::Arc::new(sink))),
         progress: progress_bar(),
-        pull_progress: Some(pull_progress()),
         ..SandboxOptions::default()
     }
+}
+
+/// The client every command uses: sandboxes under `home`, image pulls
+/// drawn on stderr.
+fn client(home: &Path) -> SandboxClient {
+    SandboxClient::builder(home)
+        .backend_provider(DockerProvider::default().pull_progress(pull_progress()))
+        .build()
 }
 
 /// How an image pull goes, on stderr: a bar of layers and bytes on a
@@ -185,7 +195,7 @@ async fn attach_locked(home: &Path, name: &str) -> anyhow::Result<(StateLock, Sa
 }
 
 async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {
-    let client = SandboxClient::new(home);
+    let client = client(home);
     Ok(client
         .resume(
             saved.state.clone(),
@@ -336,10 +346,10 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
         }
         snapshot = snapshot.deduplicated(args.keep);
     }
-    let client = SandboxClient::new(&home);
+    let client = client(&home);
     let opts = options(&home, &args.name, args.compress, !args.no_freeze);
     let backend = match args.backend.as_str() {
-        "docker" => {
+        berth::backend::docker::KIND => {
             let image = args
                 .image
                 .clone()
@@ -366,9 +376,9 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             if let Some(c) = &args.container {
                 o = o.existing_container(c.clone());
             }
-            BackendSpec::Docker(o)
+            BackendSpec::new(o.pull_progress(pull_progress()))
         }
-        _ => {
+        berth::backend::local::KIND => {
             if args.image.is_some()
                 || args.container.is_some()
                 || !args.run_args.is_empty()
@@ -376,12 +386,16 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             {
                 bail!("--image, --engine, --container and --run-arg need --backend docker");
             }
-            let root_dir = match &args.root_dir {
-                Some(d) => Some(std::path::absolute(d)?),
-                None => None,
-            };
-            BackendSpec::Local { root_dir }
+            let mut local = LocalOptions::default();
+            if let Some(d) = &args.root_dir {
+                local = local.root_dir(std::path::absolute(d)?);
+            }
+            BackendSpec::new(local)
         }
+        other => bail!(
+            "--backend {other:?} is not a backend this berth knows; it knows {}",
+            client.backend_kinds().join(", ")
+        ),
     };
     let mut spec = SandboxSpec::new(workspace)
         .snapshot(snapshot)
@@ -469,7 +483,7 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let mut saved = load(&home, name)?;
     let mut sandbox = match &args.engine {
         Some(engine) => {
-            let moved = SandboxClient::new(&home)
+            let moved = client(&home)
                 .resume_on_engine(
                     saved.state.clone(),
                     &EngineChoice::new(engine.clone()),
@@ -491,7 +505,7 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(generation) = args.snapshot_generation {
         // Refuse before discarding anything.
-        let record = saved.state.snapshot.dedup.as_ref().with_context(|| {
+        let record = DedupRecord::from_fields(&saved.state.snapshot.fields).with_context(|| {
             format!("{name}'s snapshot keeps one archive, not generations (create it with --dedup)")
         })?;
         if record.find(generation).is_none() {
@@ -601,7 +615,7 @@ pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
             s.id, s.kind
         ),
     }
-    if let Some(stats) = s.dedup.as_ref().and_then(|d| d.last_stop.as_ref()) {
+    if let Some(stats) = DedupRecord::from_fields(&s.fields).and_then(|d| d.last_stop) {
         println!(
             "generation {}: uploaded {} in {} ({} of {} new; {}% already stored)",
             stats.generation,
@@ -644,7 +658,7 @@ pub async fn rm(name: &str, force: bool, keep_snapshot: bool) -> anyhow::Result<
     let mut saved = load(&home, name)?;
     let path = state_path(&home, name)?;
     if !saved.state.orphans.is_empty() {
-        let cleanup = SandboxClient::new(&home).remove_orphans(&saved.state).await;
+        let cleanup = client(&home).remove_orphans(&saved.state).await;
         saved.state = cleanup.state;
         save(&home, &saved)?;
         for removed in &cleanup.removed {
@@ -789,30 +803,25 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
         "SNAPSHOT",
         "READY",
         "SNAPSHOT ID",
-        "ENGINE",
+        "WHERE",
         "ORPHANS",
     ]);
+    let client = client(&home);
+    // Every backend's columns come from its provider's summary; a kind
+    // this berth has no provider for shows `-`.
+    let summary = |b: &berth::sandbox::BackendState| client.backend_summary(b).unwrap_or_default();
     for r in rows {
-        let engine_of = |b: &berth::sandbox::BackendState| {
-            b.fields
-                .get("engine")
-                .or_else(|| b.fields.get("docker_host"))
-                .and_then(|e| e.as_str())
-                .unwrap_or("-")
-                .to_string()
-        };
         let orphans: Vec<String> = r
             .state
             .orphans
             .iter()
             .map(|o| {
-                let id = o
-                    .backend
-                    .fields
-                    .get("container_id")
-                    .and_then(|c| c.as_str())
-                    .unwrap_or("?");
-                format!("{} on {}", &id[..id.len().min(12)], engine_of(&o.backend))
+                let s = summary(&o.backend);
+                format!(
+                    "{} on {}",
+                    s.instance.as_deref().unwrap_or("?"),
+                    s.location.as_deref().unwrap_or("?")
+                )
             })
             .collect();
         table.row(vec![
@@ -826,7 +835,9 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
             }
             .to_string(),
             r.state.snapshot.id.to_string(),
-            engine_of(&r.state.backend),
+            summary(&r.state.backend)
+                .location
+                .unwrap_or_else(|| "-".into()),
             if orphans.is_empty() {
                 "-".to_string()
             } else {
@@ -842,7 +853,7 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
 pub async fn inspect(name: &str) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
     let saved = load(&home, name)?;
-    println!("{}", saved.state.to_json());
+    println!("{}", saved.state.to_json()?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -893,7 +904,7 @@ pub async fn gc(names: Vec<String>, dry_run: bool) -> anyhow::Result<ExitCode> {
     let names = if names.is_empty() {
         saved_sandboxes(&home)
             .into_iter()
-            .filter(|s| s.state.snapshot.dedup.is_some())
+            .filter(|s| DedupRecord::from_fields(&s.state.snapshot.fields).is_some())
             .map(|s| s.name)
             .collect()
     } else {
@@ -904,7 +915,7 @@ pub async fn gc(names: Vec<String>, dry_run: bool) -> anyhow::Result<ExitCode> {
             "no sandbox has a deduplicated snapshot: nothing to collect (`berth gc --orphans` looks for what removed sandboxes left)"
         );
     }
-    let client = SandboxClient::new(&home);
+    let client = client(&home);
     let mut failed = false;
     for name in names {
         let _lock = lock(&home, &name).await?;
@@ -996,10 +1007,10 @@ pub async fn gc_orphans(yes: bool) -> anyhow::Result<ExitCode> {
     // from them.
     let bases: std::collections::BTreeSet<String> = known
         .iter()
-        .filter_map(|s| s.state.snapshot.dedup.as_ref()?.base.as_ref())
+        .filter_map(|s| DedupRecord::from_fields(&s.state.snapshot.fields)?.base)
         .map(|g| g.index.clone())
         .collect();
-    let client = SandboxClient::new(&home);
+    let client = client(&home);
     for leftover in leftovers::all(&home) {
         match client.collect_leftovers(&leftover, &bases, dry_run).await {
             Ok((report, remaining)) => {
@@ -1062,11 +1073,8 @@ pub async fn fork(
         bail!("a sandbox named {new:?} exists already; pick another name");
     }
     let source = load(&home, name)?;
-    let backend = match source.state.backend.kind.as_str() {
-        "docker" => BackendSpec::Docker(DockerOptions::like(&source.state.backend.decode()?)),
-        _ => BackendSpec::Local { root_dir: None },
-    };
-    let client = SandboxClient::new(&home);
+    let client = client(&home);
+    let backend = client.backend_like(&source.state.backend)?;
     let opts = options(&home, new, false, source.freeze);
     let mut sandbox = client
         .fork(&source.state, generation, None, backend, opts)
@@ -1089,12 +1097,8 @@ pub async fn fork(
             "{new} was forked but did not start; `berth start {new}` retries, `berth rm {new}` removes it"
         )));
     }
-    let base = saved
-        .state
-        .snapshot
-        .dedup
-        .as_ref()
-        .and_then(|d| d.base.as_ref())
+    let base = DedupRecord::from_fields(&saved.state.snapshot.fields)
+        .and_then(|d| d.base)
         .map(|g| {
             format!(
                 "{name} generation {}{}",

@@ -41,6 +41,75 @@ fn yes() -> bool {
     true
 }
 
+/// Settings of a new local sandbox.
+#[derive(Debug, Clone, Default)]
+pub struct LocalOptions {
+    root_dir: Option<PathBuf>,
+}
+
+impl LocalOptions {
+    /// Keep the workspace in `dir` (created at start, deleted by
+    /// shutdown). By default, `<home>/workspaces/<session id>`.
+    pub fn root_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.root_dir = Some(dir.into());
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl super::BackendOptions for LocalOptions {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    async fn create(
+        self: Box<Self>,
+        context: &super::CreateContext<'_>,
+    ) -> Result<Box<dyn Backend>, BackendError> {
+        let root_dir = self
+            .root_dir
+            .unwrap_or_else(|| context.home.join("workspaces").join(context.session_id));
+        Ok(Box::new(LocalBackend::new(LocalState {
+            root_dir,
+            owned: true,
+        })))
+    }
+}
+
+/// The local backend's [`BackendProvider`](super::BackendProvider).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalProvider;
+
+#[async_trait::async_trait]
+impl super::BackendProvider for LocalProvider {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    async fn resume(
+        &self,
+        state: &super::BackendState,
+        _session_id: &str,
+    ) -> Result<Box<dyn Backend>, BackendError> {
+        Ok(Box::new(LocalBackend::new(state.decode()?)))
+    }
+
+    fn summary(&self, state: &super::BackendState) -> super::BackendSummary {
+        let dir = state
+            .decode::<LocalState>()
+            .ok()
+            .map(|s| s.root_dir.display().to_string());
+        super::BackendSummary::new(dir, Some("this host".into()))
+    }
+
+    fn options_like(
+        &self,
+        _state: &super::BackendState,
+    ) -> Result<super::BackendSpec, BackendError> {
+        Ok(super::BackendSpec::local())
+    }
+}
+
 /// The local backend.
 pub struct LocalBackend {
     state: LocalState,
@@ -165,17 +234,17 @@ impl Backend for LocalBackend {
             backend: BACKEND,
             message: e.to_string(),
         })?;
-        match binds.into_iter().find(|(_, _, read_only)| *read_only) {
+        match binds.into_iter().find(|b| b.read_only) {
             None => Ok(()),
-            Some((rel, host, _)) => Err(BackendError::Config {
+            Some(bind) => Err(BackendError::Config {
                 backend: BACKEND,
                 message: format!(
                     "workspace entry {:?} asks for a read-only bind mount of {}, which the local backend cannot enforce: \
                      it links the host directory into the workspace, writable by every command; use the Docker backend, \
                      which mounts it read-only, or set \"read_only\": false to accept writes into {}",
-                    rel.display(),
-                    host.display(),
-                    host.display()
+                    bind.relative.display(),
+                    bind.host.display(),
+                    bind.host.display()
                 ),
             }),
         }

@@ -6,12 +6,15 @@
 pub mod docker;
 pub mod exec;
 pub mod local;
+mod provider;
 
 use std::path::PathBuf;
 
 use tokio::io::AsyncRead;
 
 pub use exec::{ExecRequest, ExecResult, OutputCallback, OutputStream};
+pub(crate) use provider::Registry;
+pub use provider::{BackendOptions, BackendProvider, BackendSpec, BackendSummary, CreateContext};
 
 use crate::workspace::entries::BindMounts;
 
@@ -167,6 +170,13 @@ pub trait Backend: Send + Sync {
     /// sets a workspace up and refuses to persist from another one.
     async fn instance_id(&self) -> Result<Option<String>, BackendError>;
 
+    /// Whether the instance holding this sandbox's workspace (a container)
+    /// exists now, without creating or starting anything. By default,
+    /// whether [`Backend::instance_id`] names one.
+    async fn instance_exists(&self) -> Result<bool, BackendError> {
+        Ok(self.instance_id().await?.is_some())
+    }
+
     /// Suspends the sandbox's processes so that reading the workspace sees
     /// one moment of it. Returns whether anything was suspended; by
     /// default, nothing is (backends that cannot pause).
@@ -177,6 +187,15 @@ pub trait Backend: Send + Sync {
     /// Resumes what [`Backend::freeze`] suspended. By default, nothing.
     async fn thaw(&self) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    /// What resumes the suspended processes when the caller is dropped
+    /// between [`Backend::freeze`] and [`Backend::thaw`] (a cancelled
+    /// `stop`): a function that starts the thaw on its own (it may spawn a
+    /// task on the current tokio runtime). By default, `None` (backends
+    /// that do not freeze).
+    fn thaw_detached(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        None
     }
 
     /// Whether the workspace root exists.

@@ -1,16 +1,19 @@
-//! The contract's clauses as named, executable checks.
+//! The contracts' clauses as named, executable checks.
 //!
 //! The same suite runs against every store — native Rust and Wasm plugins
-//! alike — so they are held to one contract. `berth plugin check` prints the
+//! alike — so they are held to one contract. [`check_backend`] holds every
+//! backend to the lifecycle's promises the same way. `berth plugin check` prints the
 //! [`Report`] as a table (or JSON) and fails on any failed clause.
 //!
 //! Archives are generated and verified as streams ([`pattern`]), so the
 //! multi-GiB clause needs no memory beyond a few buffers.
 
+mod backend;
 pub mod pattern;
 mod remote;
 mod snapshot;
 
+pub use backend::{check_backend, BackendUnderTest, Disaster};
 pub use remote::check_remote_client;
 pub use snapshot::{check_snapshot, OpenSnapshot};
 
@@ -63,10 +66,14 @@ pub struct ClauseResult {
 pub struct Report {
     /// What was checked.
     pub subject: String,
-    /// Which interface: `remote-client` or `snapshot`.
+    /// Which interface: `remote-client`, `snapshot` or `backend`.
     pub interface: &'static str,
     /// Clause results in run order.
     pub results: Vec<ClauseResult>,
+    /// Clauses that did not run, with why (a snapshot without persistence
+    /// runs none of the persistence clauses). They count neither as passed
+    /// nor failed, and the table names them.
+    pub not_run: Vec<String>,
 }
 
 impl Report {
@@ -75,12 +82,14 @@ impl Report {
             subject: subject.into(),
             interface,
             results: Vec::new(),
+            not_run: Vec::new(),
         }
     }
 
-    /// Whether every clause passed.
+    /// Whether clauses ran and every one passed (an empty report did not
+    /// pass: nothing was checked).
     pub fn passed(&self) -> bool {
-        self.results.iter().all(|r| r.passed)
+        !self.results.is_empty() && self.results.iter().all(|r| r.passed)
     }
 
     /// Names of the failed clauses.
@@ -99,10 +108,17 @@ impl Report {
 
     /// A clause-by-clause table ending in `N passed, N failed`.
     pub fn table(&self) -> String {
-        let mut out = format!(
-            "{}: the berth:snapshot/{} contract, clause by clause\n",
-            self.subject, self.interface
-        );
+        let mut out = if self.interface == "backend" {
+            format!(
+                "{}: the lifecycle's promises to a backend, clause by clause\n",
+                self.subject
+            )
+        } else {
+            format!(
+                "{}: the berth:snapshot/{} contract, clause by clause\n",
+                self.subject, self.interface
+            )
+        };
         let width = self
             .results
             .iter()
@@ -125,10 +141,17 @@ impl Report {
         }
         let failed = self.results.iter().filter(|r| !r.passed).count();
         out.push_str(&format!(
-            "{} passed, {} failed\n",
+            "{} passed, {} failed",
             self.results.len() - failed,
             failed
         ));
+        if !self.not_run.is_empty() {
+            out.push_str(&format!(", {} not run:", self.not_run.len()));
+            for why in &self.not_run {
+                out.push_str(&format!("\n  {why}"));
+            }
+        }
+        out.push('\n');
         out
     }
 

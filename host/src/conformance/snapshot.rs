@@ -122,7 +122,13 @@ pub async fn check_snapshot(
 
     match persistence {
         Some(true) => persistent_clauses(&mut report, opener, opts).await,
-        Some(false) => noop_clauses(&mut report, opener, opts).await,
+        Some(false) => {
+            report.not_run.push(
+                "the persistence clauses (round trips, restorable, atomic replace, delete): the snapshot says persistence is disabled"
+                    .into(),
+            );
+            noop_clauses(&mut report, opener, opts).await
+        }
         None => {}
     }
     report

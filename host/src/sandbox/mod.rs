@@ -18,7 +18,6 @@
 //! restored; and [`Sandbox::stop`] refuses to persist a workspace whose
 //! lineage does not match the snapshot it would replace.
 
-#[cfg(feature = "docker")]
 mod moving;
 pub mod sealing;
 pub mod snapshot_binding;
@@ -31,19 +30,19 @@ use std::time::Duration;
 
 use tokio::io::AsyncRead;
 
-pub use crate::backend::BackendState;
-#[cfg(feature = "docker")]
+pub use crate::backend::{BackendSpec, BackendState};
 pub use moving::OrphanCleanup;
 pub use snapshot_binding::SnapshotSpec;
 pub use state::{Orphan, SandboxState, SnapshotState, WorkspaceLineage};
 pub use state_file::{StateFile, StateLock};
 
-use crate::backend::{Backend, BackendError, ExecRequest, ExecResult, Provisioned};
+use crate::backend::{
+    Backend, BackendError, BackendProvider, BackendSummary, CreateContext, ExecRequest, ExecResult,
+    Provisioned, Registry,
+};
 use crate::capped_writer::CappedWriter;
 use crate::plugin::{PluginError, PluginHost};
-use crate::snapshot::{
-    DedupRecord, DedupSnapshot, DeleteReport, GcReport, Keep, PackCache, SandboxSnapshot,
-};
+use crate::snapshot::{DeleteReport, GcReport, Generations, PackCache, SandboxSnapshot};
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::{StorageError, StoreError};
 use crate::workspace::archive::{ArchiveError, ArchiveLimits, ArchiveStats};
@@ -88,15 +87,99 @@ pub enum SandboxError {
         /// The deadline.
         seconds: u64,
     },
+    /// The state names a backend kind this client has no provider for.
+    #[error("no backend provider for {kind:?} is registered (this client knows {}); register one with SandboxClientBuilder::backend_provider, or resume with resume_with_backend", known.join(", "))]
+    UnknownBackend {
+        /// The kind the state names.
+        kind: String,
+        /// The kinds the client knows.
+        known: Vec<String>,
+    },
+    /// The operation needs a snapshot that keeps generations (a
+    /// deduplicated one), and this sandbox's does not.
+    #[error("snapshot {id} is a {kind} snapshot, which keeps one archive, not generations (a deduplicated snapshot keeps them)")]
+    NoGenerations {
+        /// The snapshot.
+        id: String,
+        /// Its kind.
+        kind: String,
+    },
     /// The sandbox must be started first.
     #[error("the sandbox is not started; call start first")]
     NotStarted,
     /// The state could not be saved (see [`SandboxOptions::state_sink`]).
     #[error("saving the sandbox state failed")]
     SaveState(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// Invalid or inconsistent state.
-    #[error("sandbox state: {0}")]
-    State(String),
+    /// The saved state is inconsistent or unreadable.
+    #[error("the sandbox state is unreadable: {problem}")]
+    CorruptState {
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The state records a snapshot kind this build does not know.
+    #[error("unknown snapshot kind {kind:?} in the sandbox state")]
+    UnknownSnapshotKind {
+        /// The kind.
+        kind: String,
+    },
+    /// The snapshot was given as an object (a remote client, a custom
+    /// snapshot, a plugin loaded from memory), which the state cannot
+    /// record: pass the same [`SnapshotSpec`] to resume again.
+    #[error("this sandbox's {kind} snapshot was given as an object, not a manifest file, so its state cannot recreate it: pass the same SnapshotSpec to SandboxClient::resume")]
+    SnapshotNotRecorded {
+        /// The snapshot's kind.
+        kind: String,
+    },
+    /// A snapshot spec that cannot be honoured as written.
+    #[error("{0}")]
+    SnapshotSpec(String),
+    /// A plugin of one world was given where another is needed.
+    #[error("{plugin} is a {is}, but this snapshot needs a {needs}")]
+    PluginWorld {
+        /// The plugin.
+        plugin: String,
+        /// Its world.
+        is: &'static str,
+        /// The world needed.
+        needs: &'static str,
+    },
+    /// A snapshot broke its contract with the lifecycle (it stopped
+    /// reading the archive early, or does not record what it stored).
+    #[error("snapshot {id} misbehaved: {problem}")]
+    SnapshotContract {
+        /// The snapshot.
+        id: String,
+        /// What it did.
+        problem: &'static str,
+    },
+    /// `stop` on a sandbox whose workspace was never set up.
+    #[error(
+        "the workspace was never set up, so there is nothing to persist; start the sandbox first"
+    )]
+    NeverSetUp,
+    /// An older generation can only be selected once the workspace is
+    /// gone (see [`Sandbox::select_generation`]).
+    #[error("the workspace is still there; shut the sandbox down first (its unsaved changes would be mixed with the older generation)")]
+    WorkspaceStillThere,
+    /// The generation asked for is not kept.
+    #[error("generation {number} of snapshot {id} is not kept (kept: {kept})")]
+    GenerationNotKept {
+        /// The snapshot.
+        id: String,
+        /// The generation asked for.
+        number: u64,
+        /// The generations kept.
+        kept: String,
+    },
+    /// A task of the lifecycle (the archive filter) failed to finish.
+    #[error("the {task} task failed")]
+    Task {
+        /// Which task.
+        task: &'static str,
+        /// Why (a panic or a cancellation).
+        #[source]
+        source: tokio::task::JoinError,
+    },
     /// The store sent more bytes than the snapshot holds: reading stopped
     /// there, nothing was extracted.
     #[error("snapshot {id}: the store sent more than the {limit} bytes {why}; reading stopped and nothing was extracted (the store is misbehaving or holds another archive)")]
@@ -116,19 +199,19 @@ pub enum SandboxError {
     },
     /// A stop was refused because the workspace did not come from the
     /// snapshot it would replace.
-    #[error("refusing to persist over snapshot {id}: {reason}. The snapshot was left as it was; `berth start` (or Sandbox::start) restores it into the sandbox")]
+    #[error("refusing to persist over snapshot {id}: {reason}. The snapshot was left as it was; starting the sandbox restores it")]
     LineageMismatch {
         /// The snapshot that was protected.
         id: String,
         /// What happened.
         reason: String,
     },
-    /// A sandbox cannot move to another engine (see
-    /// [`SandboxClient::resume_on_engine`]); nothing was changed.
-    #[error("cannot move the sandbox to {engine}: {reason}")]
+    /// A sandbox cannot move to another place (see
+    /// [`SandboxClient::move_to`]); nothing was changed.
+    #[error("cannot move the sandbox to {target}: {reason}")]
     Move {
-        /// The engine it was to move to.
-        engine: String,
+        /// Where it was to move to.
+        target: String,
         /// Why not, and what to do.
         reason: String,
     },
@@ -213,10 +296,6 @@ pub struct SandboxOptions {
     /// cannot break it). By default, on (backends that cannot pause ignore
     /// it).
     pub freeze_during_stop: bool,
-    /// Told how image pulls go (a Docker sandbox pulls its image when the
-    /// engine lacks it). By default, nobody.
-    #[cfg(feature = "docker")]
-    pub pull_progress: Option<crate::backend::docker::PullProgress>,
 }
 
 impl Default for SandboxOptions {
@@ -229,8 +308,6 @@ impl Default for SandboxOptions {
             compression: false,
             spool_dir: None,
             freeze_during_stop: true,
-            #[cfg(feature = "docker")]
-            pull_progress: None,
         }
     }
 }
@@ -268,6 +345,27 @@ impl std::fmt::Display for StartBranch {
             StartBranch::Fresh => "new workspace set up from the manifest",
             StartBranch::Attached => "workspace already running",
         })
+    }
+}
+
+/// Thaws a frozen sandbox when dropped armed (see [`Sandbox::stop`]'s
+/// cancel safety).
+struct ThawOnDrop(Option<Box<dyn FnOnce() + Send>>);
+
+impl ThawOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ThawOnDrop {
+    fn drop(&mut self) {
+        if let Some(thaw) = self.0.take() {
+            tracing::warn!(
+                "a stop was cancelled while the sandbox was frozen; resuming its processes"
+            );
+            thaw();
+        }
     }
 }
 
@@ -321,6 +419,13 @@ impl Sandbox {
 
     /// Starts the sandbox, choosing one of four branches. A failure leaves
     /// `workspace_root_ready = false`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future part-way changes nothing
+    /// stored, but can leave a half-restored workspace that this `Sandbox`
+    /// (and, if it was ready before, its state) still takes for its own:
+    /// call [`Sandbox::shutdown`] before starting again.
     pub async fn start(&mut self) -> Result<StartBranch, SandboxError> {
         let provisioned = self.ensure_running().await?;
         self.start_provisioned(provisioned).await
@@ -504,7 +609,15 @@ impl Sandbox {
         } else {
             false
         };
+        // Dropped before the thaw below (the caller cancelled): the guard
+        // starts one on its own.
+        let guard = ThawOnDrop(if frozen {
+            self.backend.thaw_detached()
+        } else {
+            None
+        });
         let result = read.await;
+        guard.disarm();
         if frozen {
             if let Err(e) = self.backend.thaw().await {
                 tracing::warn!(error = %e, "resuming the sandbox's processes after reading its workspace failed; the next command resumes them");
@@ -562,9 +675,10 @@ impl Sandbox {
         let stats = sealing::validate_spooled(path, limits).await?;
         let (clean, verdict) = sealing::stream_spooled(path, limits);
         let written = self.backend.write_archive(Box::new(clean)).await;
-        let verdict = verdict
-            .await
-            .map_err(|e| SandboxError::State(format!("archive filter task: {e}")))?;
+        let verdict = verdict.await.map_err(|e| SandboxError::Task {
+            task: "archive filter",
+            source: e,
+        })?;
         match (verdict, written) {
             // The backend stopped reading (its own failure), so the filter
             // could not write: the backend's error is the cause.
@@ -651,9 +765,10 @@ impl Sandbox {
             self.fetch_into(into_filter),
             self.backend.write_archive(Box::new(clean))
         );
-        let verdict = verdict
-            .await
-            .map_err(|e| SandboxError::State(format!("archive filter task: {e}")))?;
+        let verdict = verdict.await.map_err(|e| SandboxError::Task {
+            task: "archive filter",
+            source: e,
+        })?;
         // The first cause wins. A changed archive is reported as such,
         // whatever the filter made of it; a policy refusal stops the filter
         // reading, which breaks the fetch; a failed upload stops it
@@ -713,10 +828,7 @@ impl Sandbox {
         // BLAKE3 against its index itself; hashing here too would cost a
         // pass. (Its whole-archive fallback, with no generation yet, is
         // hashed here as any archive.)
-        let self_verifying = self
-            .snapshot
-            .as_dedup()
-            .is_some_and(|d| d.record().head().is_some());
+        let self_verifying = self.snapshot.own_seal().is_some();
         let writer = if self_verifying {
             sealing::HashingWriter::counting(capped)
         } else {
@@ -740,7 +852,7 @@ impl Sandbox {
             })?;
         let seal = writer.seal();
         if self_verifying {
-            return self.dedup_seal(seal);
+            return self.own_seal(seal);
         }
         Ok(seal)
     }
@@ -779,21 +891,28 @@ impl Sandbox {
         self.state.snapshot.digest = Some(fetched.digest);
         self.state.snapshot.size = Some(fetched.size);
         self.state.snapshot.persist_pending = false;
-        self.sync_dedup_record();
+        self.sync_snapshot_fields();
         Ok(())
     }
 
     /// Persists the workspace into the snapshot (if persistence is on).
     /// Destroys nothing.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future part-way loses nothing: the previous snapshot
+    /// stays restorable (stores commit atomically), the state says a
+    /// persist was under way (`persist_pending`), so the next start
+    /// accepts whichever archive the store holds, and a sandbox frozen for
+    /// the read is thawed (by a detached task when the backend can; the
+    /// next command otherwise).
     pub async fn stop(&mut self) -> Result<(), SandboxError> {
         if !self.snapshot.persistence_enabled() {
             self.running = false;
             return Ok(());
         }
         if !self.state.workspace_root_ready {
-            return Err(SandboxError::State(
-                "the workspace was never set up, so there is nothing to persist; start the sandbox first".into(),
-            ));
+            return Err(SandboxError::NeverSetUp);
         }
         self.check_lineage().await?;
         // Crash safety: the state says a persist is under way before the
@@ -819,7 +938,7 @@ impl Sandbox {
         self.state.snapshot.size = Some(seal.size);
         self.state.snapshot.compression = self.compresses().then(|| "zstd".to_string());
         self.state.snapshot.persist_pending = false;
-        self.sync_dedup_record();
+        self.sync_snapshot_fields();
         self.save_state()?;
         self.running = false;
         Ok(())
@@ -875,82 +994,87 @@ impl Sandbox {
         } else {
             tar
         };
-        // A deduplicated snapshot digests the archive itself (in parallel
-        // with chunking); hashing it here too would cost a pass.
-        let dedup = self.snapshot.as_dedup();
-        let (sealed, seal) = match dedup {
-            Some(_) => sealing::HashingReader::counting(stored),
-            None => sealing::HashingReader::new(stored),
+        // A snapshot that digests the archive itself (a deduplicated one,
+        // in parallel with chunking) is only counted: hashing it here too
+        // would cost a pass.
+        let seals_itself = self.snapshot.seals_itself();
+        let (sealed, seal) = if seals_itself {
+            sealing::HashingReader::counting(stored)
+        } else {
+            sealing::HashingReader::new(stored)
         };
         let mut sealed = sealed.with_progress(self.options.progress.clone(), "persist");
         self.snapshot.persist(&mut sealed).await?;
         let seal = seal.lock().ok().and_then(|s| s.clone()).ok_or_else(|| {
-            SandboxError::State("the snapshot did not read the archive to its end".into())
+            SandboxError::SnapshotContract {
+                id: self.state.snapshot.id.to_string(),
+                problem: "it did not read the archive to its end",
+            }
         })?;
-        if dedup.is_some() {
-            return self.dedup_seal(seal);
+        if seals_itself {
+            return self.own_seal(seal);
         }
         Ok(seal)
     }
 
     /// The seal of an archive that passed (counted, not hashed) through a
-    /// deduplicated snapshot: the digest is the one its current
-    /// generation's index verified, whose size must match.
-    fn dedup_seal(&self, mut seal: sealing::Seal) -> Result<sealing::Seal, SandboxError> {
-        let record = self.dedup()?.record();
-        let head = record
-            .head()
-            .filter(|g| g.size == seal.size)
-            .ok_or_else(|| {
-                SandboxError::State(
-                    "the deduplicated snapshot does not record the archive that passed through it"
-                        .into(),
-                )
+    /// snapshot that seals itself: the digest is the one the snapshot
+    /// verified, whose size must match what passed.
+    fn own_seal(&self, mut seal: sealing::Seal) -> Result<sealing::Seal, SandboxError> {
+        let own = self
+            .snapshot
+            .own_seal()
+            .filter(|s| s.size == seal.size)
+            .ok_or_else(|| SandboxError::SnapshotContract {
+                id: self.state.snapshot.id.to_string(),
+                problem: "it does not record the archive that passed through it",
             })?;
-        seal.digest = head.digest.clone();
+        seal.digest = own.digest;
         Ok(seal)
     }
 
-    /// Whether `stop` compresses the whole archive (a deduplicated
-    /// snapshot compresses chunks itself).
+    /// Whether `stop` compresses the whole archive (a snapshot that
+    /// compresses itself, as a deduplicated one does its chunks, is not
+    /// given a compressed one).
     fn compresses(&self) -> bool {
-        self.options.compression && self.snapshot.as_dedup().is_none()
+        self.options.compression && !self.snapshot.compresses_itself()
     }
 
-    /// Copies a deduplicated snapshot's generations into the state.
-    fn sync_dedup_record(&mut self) {
-        if let Some(dedup) = self.snapshot.as_dedup() {
-            self.state.snapshot.dedup = Some(dedup.record());
-        }
+    /// Copies the snapshot's own state fields (a deduplicated snapshot's
+    /// generations) into the state.
+    fn sync_snapshot_fields(&mut self) {
+        self.state
+            .snapshot
+            .fields
+            .extend(self.snapshot.state_fields());
     }
 
-    fn dedup(&self) -> Result<&DedupSnapshot, SandboxError> {
-        dedup_of(self.snapshot.as_ref(), &self.state)
+    fn generations(&self) -> Result<&dyn Generations, SandboxError> {
+        generations_of(self.snapshot.as_ref(), &self.state)
     }
 
     /// Makes the next [`start`](Sandbox::start) restore generation
-    /// `number` of a deduplicated snapshot (see [`DedupRecord`]) instead of
+    /// `number` of a deduplicated snapshot (see [`Generations`]) instead of
     /// the newest; the next stop then writes a new generation descending
     /// from it. The workspace must be gone ([`shutdown`](Sandbox::shutdown)
     /// first), since restoring over it would mix two moments.
     pub fn select_generation(&mut self, number: u64) -> Result<(), SandboxError> {
         if self.state.workspace_root_ready {
-            return Err(SandboxError::State(
-                "the workspace is still there; shut the sandbox down first (its unsaved changes would be mixed with the older generation)".into(),
-            ));
+            return Err(SandboxError::WorkspaceStillThere);
         }
-        let dedup = self.dedup()?;
-        let generation = dedup.select_generation(number).ok_or_else(|| {
-            SandboxError::State(format!(
-                "generation {number} of snapshot {} is not kept (kept: {}); `--keep N` at create keeps more",
-                self.state.snapshot.id,
-                dedup.record().kept_numbers()
-            ))
-        })?;
+        let generations = self.generations()?;
+        let generation =
+            generations
+                .select(number)
+                .ok_or_else(|| SandboxError::GenerationNotKept {
+                    id: self.state.snapshot.id.to_string(),
+                    number,
+                    kept: generations.kept(),
+                })?;
         self.state.snapshot.digest = Some(generation.digest);
         self.state.snapshot.size = Some(generation.size);
         self.state.snapshot.persist_pending = false;
-        self.sync_dedup_record();
+        self.sync_snapshot_fields();
         Ok(())
     }
 
@@ -960,9 +1084,9 @@ impl Sandbox {
     /// this sandbox must not run meanwhile (they take `&mut self`; across
     /// processes, hold the sandbox's [`StateLock`]).
     pub async fn collect_garbage(&mut self, dry_run: bool) -> Result<GcReport, SandboxError> {
-        let report = self.dedup()?.collect_garbage(dry_run).await?;
+        let report = self.generations()?.collect_garbage(dry_run).await?;
         if !dry_run {
-            self.sync_dedup_record();
+            self.sync_snapshot_fields();
             self.save_state()?;
         }
         Ok(report)
@@ -982,7 +1106,7 @@ impl Sandbox {
             self.state.snapshot.size = None;
             self.state.snapshot.persist_pending = false;
         }
-        self.sync_dedup_record();
+        self.sync_snapshot_fields();
         Ok(report)
     }
 
@@ -1009,42 +1133,6 @@ impl Sandbox {
                 shutdown: shut.err().map(Box::new),
             }),
         }
-    }
-}
-
-/// Which backend a new sandbox runs on.
-#[non_exhaustive]
-#[allow(clippy::large_enum_variant)] // built once per sandbox; boxing buys nothing
-pub enum BackendSpec {
-    /// The local backend with the workspace at `root_dir` (by default,
-    /// under the client's home).
-    Local {
-        /// Host directory of the workspace.
-        root_dir: Option<PathBuf>,
-    },
-    /// A Docker container.
-    #[cfg(feature = "docker")]
-    Docker(crate::backend::docker::DockerOptions),
-    /// A backend of the embedder's own, already constructed. On resume,
-    /// pass it again with [`SandboxClient::resume_with_backend`].
-    Custom(Box<dyn Backend>),
-}
-
-impl std::fmt::Debug for BackendSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BackendSpec::Local { root_dir } => write!(f, "Local({root_dir:?})"),
-            #[cfg(feature = "docker")]
-            BackendSpec::Docker(o) => write!(f, "Docker({o:?})"),
-            BackendSpec::Custom(_) => f.write_str("Custom(..)"),
-        }
-    }
-}
-
-impl Default for BackendSpec {
-    /// The local backend under the client's home.
-    fn default() -> Self {
-        BackendSpec::Local { root_dir: None }
     }
 }
 
@@ -1118,9 +1206,19 @@ pub struct SandboxClientBuilder {
     plugins: Option<PluginHost>,
     save_state: bool,
     pack_cache: Option<Option<PackCache>>,
+    backends: Registry,
 }
 
 impl SandboxClientBuilder {
+    /// Resumes (and lists, and forks) sandboxes of `provider`'s kind with
+    /// it, replacing the provider the client had for that kind. By
+    /// default, the client knows the local backend and, with the `docker`
+    /// feature, Docker ([`crate::backend::docker::DockerProvider`]).
+    pub fn backend_provider(mut self, provider: impl BackendProvider + 'static) -> Self {
+        self.backends.register(Arc::new(provider));
+        self
+    }
+
     /// Loads snapshot plugins with `host` (sharing its engine and compile
     /// cache). By default, the client makes one [`PluginHost`] the first
     /// time it needs one and shares it between all its sandboxes.
@@ -1161,6 +1259,7 @@ impl SandboxClientBuilder {
             plugins,
             save_state: self.save_state,
             pack_cache,
+            backends: self.backends,
         }
     }
 }
@@ -1177,6 +1276,7 @@ pub struct SandboxClient {
     plugins: Arc<tokio::sync::OnceCell<PluginHost>>,
     save_state: bool,
     pack_cache: Option<PackCache>,
+    backends: Registry,
 }
 
 impl SandboxClient {
@@ -1204,7 +1304,35 @@ impl SandboxClient {
             plugins: None,
             save_state: true,
             pack_cache: None,
+            backends: Registry::with_defaults(),
         }
+    }
+
+    /// The backend kinds this client can resume, sorted.
+    pub fn backend_kinds(&self) -> Vec<String> {
+        self.backends.kinds()
+    }
+
+    /// The provider of backend `kind`, or an error naming the kinds known.
+    pub(crate) fn provider(&self, kind: &str) -> Result<&Arc<dyn BackendProvider>, SandboxError> {
+        self.backends
+            .get(kind)
+            .ok_or_else(|| SandboxError::UnknownBackend {
+                kind: kind.to_string(),
+                known: self.backends.kinds(),
+            })
+    }
+
+    /// What a listing shows of a sandbox's backend (its instance and
+    /// where it runs), from its state alone.
+    pub fn backend_summary(&self, state: &BackendState) -> Result<BackendSummary, SandboxError> {
+        Ok(self.provider(&state.kind)?.summary(state))
+    }
+
+    /// Options for a new sandbox set up like the one whose backend state
+    /// is `state` (as a fork is): same kind and settings, its own instance.
+    pub fn backend_like(&self, state: &BackendState) -> Result<BackendSpec, SandboxError> {
+        Ok(self.provider(&state.kind)?.options_like(state)?)
     }
 
     /// The home directory.
@@ -1232,7 +1360,8 @@ impl SandboxClient {
         if self.save_state && options.state_sink.is_none() {
             let file = StateFile::new(self.state_path(session_id));
             options.state_sink = Some(StateSink(Arc::new(move |state: &SandboxState| {
-                file.write(&state.to_json())
+                let json = state.to_json()?;
+                file.write(&json)
                     .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
             })));
         }
@@ -1264,25 +1393,28 @@ impl SandboxClient {
         backend: BackendSpec,
         options: SandboxOptions,
     ) -> Result<Sandbox, SandboxError> {
-        let (bound, _, store) = self.bind_existing(source, snapshot).await?;
-        let dedup = dedup_of(bound.as_ref(), source)?;
-        let keep = dedup.record().keep;
-        let base = dedup.pin_generation(generation).await?;
+        let (bound, _, store) = self
+            .bind_existing(source, snapshot, options.spool_dir.as_deref())
+            .await?;
+        let base = generations_of(bound.as_ref(), source)?
+            .fork_base(generation)
+            .await?;
+        let keep = base.keep;
         let store = match store {
             SnapshotSpec::Dedup { store, .. } => *store,
             SnapshotSpec::Remote { plugin } => SnapshotSpec::Remote { plugin },
-            _ => SnapshotSpec::RemoteClient(dedup.client().clone()),
+            _ => SnapshotSpec::RemoteClient(base.store),
         };
         let previous = SnapshotState {
-            kind: "remote".into(),
+            kind: source.snapshot.kind.clone(),
             id: source.snapshot.id.clone(),
             base_dir: None,
             plugin: source.snapshot.plugin.clone(),
-            digest: Some(base.digest.clone()),
-            size: Some(base.size),
+            digest: Some(base.seal.digest),
+            size: Some(base.seal.size),
             compression: None,
             persist_pending: false,
-            dedup: Some(DedupRecord::forked_from(base, keep)),
+            fields: base.fields,
         };
         let spec = SandboxSpec::new(source.manifest.clone())
             .snapshot(store.deduplicated(keep))
@@ -1301,11 +1433,12 @@ impl SandboxClient {
         snapshot: Option<SnapshotSpec>,
         dry_run: bool,
     ) -> Result<(GcReport, SandboxState), SandboxError> {
-        let (bound, _, _) = self.bind_existing(state, snapshot).await?;
-        let dedup = dedup_of(bound.as_ref(), state)?;
-        let report = dedup.collect_garbage(dry_run).await?;
+        let (bound, _, _) = self.bind_existing(state, snapshot, None).await?;
+        let report = generations_of(bound.as_ref(), state)?
+            .collect_garbage(dry_run)
+            .await?;
         let mut state = state.clone();
-        state.snapshot.dedup = Some(dedup.record());
+        state.snapshot.fields.extend(bound.state_fields());
         Ok((report, state))
     }
 
@@ -1329,19 +1462,18 @@ impl SandboxClient {
             self.plugin_host().await?,
             Some(snapshot),
             self.pack_cache.as_ref(),
+            None,
         )
         .await?;
-        let dedup = bound.as_dedup().ok_or_else(|| {
-            SandboxError::State(format!(
-                "snapshot {} keeps one archive, not generations: nothing of it is left for forks",
-                snapshot.id
-            ))
-        })?;
-        let report = dedup
-            .delete_all(&Keep::Bases(bases.clone()), dry_run)
-            .await?;
+        let generations = bound
+            .generations()
+            .ok_or_else(|| SandboxError::NoGenerations {
+                id: snapshot.id.to_string(),
+                kind: bound.kind().to_string(),
+            })?;
+        let report = generations.delete_leftovers(bases, dry_run).await?;
         let mut remaining = snapshot.clone();
-        remaining.dedup = Some(dedup.record());
+        remaining.fields.extend(bound.state_fields());
         Ok((report, remaining))
     }
 
@@ -1351,6 +1483,7 @@ impl SandboxClient {
         &self,
         state: &SandboxState,
         snapshot: Option<SnapshotSpec>,
+        spool_dir: Option<&Path>,
     ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotState, SnapshotSpec), SandboxError> {
         let spec = match snapshot {
             Some(s) => s,
@@ -1362,6 +1495,7 @@ impl SandboxClient {
             self.plugin_host().await?,
             Some(&state.snapshot),
             self.pack_cache.as_ref(),
+            spool_dir,
         )
         .await?;
         Ok((bound, record, spec))
@@ -1388,7 +1522,7 @@ impl SandboxClient {
                 SnapshotId::parse(&id).map_err(|e| StorageError::InvalidId(e.to_string()))?
             }
             None => SnapshotId::parse(&format!("berth-{session_id}"))
-                .map_err(|e| SandboxError::State(e.to_string()))?,
+                .map_err(|e| StorageError::InvalidId(e.to_string()))?,
         };
         let snapshot = snapshot.unwrap_or_else(|| SnapshotSpec::Local {
             base_dir: self.home.join("snapshots"),
@@ -1399,42 +1533,18 @@ impl SandboxClient {
             self.plugin_host().await?,
             previous,
             self.pack_cache.as_ref(),
+            options.spool_dir.as_deref(),
         )
         .await?;
-        let backend: Box<dyn Backend> = match backend {
-            BackendSpec::Local { root_dir } => {
-                let root_dir =
-                    root_dir.unwrap_or_else(|| self.home.join("workspaces").join(&session_id));
-                Box::new(crate::backend::local::LocalBackend::new(
-                    crate::backend::local::LocalState {
-                        root_dir,
-                        owned: true,
-                    },
-                ))
-            }
-            #[cfg(feature = "docker")]
-            BackendSpec::Docker(docker) => {
-                let root = workspace.root.trim_end_matches('/').to_string();
-                let binds = workspace
-                    .bind_mounts()?
-                    .into_iter()
-                    .map(|(rel, host, ro)| {
-                        let ro = if ro { ":ro" } else { "" };
-                        format!("{}:{root}/{}{ro}", host.display(), rel.display())
-                    })
-                    .collect();
-                let state = docker.into_state(&session_id, &workspace.root, binds);
-                Box::new(
-                    crate::backend::docker::DockerBackend::connect(
-                        state,
-                        &session_id,
-                        options.pull_progress.clone(),
-                    )
-                    .await?,
-                )
-            }
-            BackendSpec::Custom(backend) => backend,
-        };
+        let bind_mounts = workspace.bind_mounts()?;
+        let backend = backend
+            .build(&CreateContext {
+                session_id: &session_id,
+                home: &self.home,
+                workspace: &workspace,
+                bind_mounts: &bind_mounts,
+            })
+            .await?;
         backend.check_workspace(&workspace)?;
         entries::check_sources(&workspace, Selection::All)?;
         let options = self.with_state_file(options, &session_id);
@@ -1452,7 +1562,8 @@ impl SandboxClient {
 
     /// Resumes a sandbox from saved state. The snapshot is bound again from
     /// `snapshot` if given, else from what the state records (a manifest
-    /// path); the backend from the state's `type` (`local`, `docker`).
+    /// path); the backend by the provider of the state's `type` (see
+    /// [`SandboxClientBuilder::backend_provider`]).
     /// Snapshots are compressed if the state says they were.
     pub async fn resume(
         &self,
@@ -1460,26 +1571,10 @@ impl SandboxClient {
         snapshot: Option<SnapshotSpec>,
         options: SandboxOptions,
     ) -> Result<Sandbox, SandboxError> {
-        let backend: Box<dyn Backend> = match state.backend.kind.as_str() {
-            crate::backend::local::KIND => Box::new(crate::backend::local::LocalBackend::new(
-                state.backend.decode()?,
-            )),
-            #[cfg(feature = "docker")]
-            crate::backend::docker::KIND => Box::new(
-                crate::backend::docker::DockerBackend::connect(
-                    state.backend.decode()?,
-                    &state.session_id,
-                    options.pull_progress.clone(),
-                )
-                .await?,
-            ),
-            other => {
-                return Err(SandboxError::State(format!(
-                    "this build cannot resume a {other:?} backend: use SandboxClient::resume_with_backend with the backend's own constructor{}",
-                    if other == "docker" { " (or build berth with its `docker` feature)" } else { "" }
-                )))
-            }
-        };
+        let backend = self
+            .provider(&state.backend.kind)?
+            .resume(&state.backend, &state.session_id)
+            .await?;
         self.resume_with_backend(state, snapshot, backend, options)
             .await
     }
@@ -1494,7 +1589,9 @@ impl SandboxClient {
         backend: Box<dyn Backend>,
         options: SandboxOptions,
     ) -> Result<Sandbox, SandboxError> {
-        let (snap, mut snap_state, _) = self.bind_existing(&state, snapshot).await?;
+        let (snap, mut snap_state, _) = self
+            .bind_existing(&state, snapshot, options.spool_dir.as_deref())
+            .await?;
         snap_state.digest = state.snapshot.digest.clone();
         let mut options = self.with_state_file(options, &state.session_id);
         options.compression |= state.snapshot.compression.is_some();
@@ -1504,17 +1601,17 @@ impl SandboxClient {
     }
 }
 
-/// `snapshot` as a deduplicated snapshot, or why it is not one.
-fn dedup_of<'a>(
+/// `snapshot`'s generations, or why it has none.
+fn generations_of<'a>(
     snapshot: &'a dyn SandboxSnapshot,
     state: &SandboxState,
-) -> Result<&'a DedupSnapshot, SandboxError> {
-    snapshot.as_dedup().ok_or_else(|| {
-        SandboxError::State(format!(
-            "snapshot {} keeps one archive, not generations: create the sandbox with a deduplicated remote snapshot (`berth create --snapshot remote:MANIFEST --dedup`)",
-            state.snapshot.id
-        ))
-    })
+) -> Result<&'a dyn Generations, SandboxError> {
+    snapshot
+        .generations()
+        .ok_or_else(|| SandboxError::NoGenerations {
+            id: state.snapshot.id.to_string(),
+            kind: snapshot.kind().to_string(),
+        })
 }
 
 fn new_session_id() -> String {

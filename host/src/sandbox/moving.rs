@@ -1,19 +1,21 @@
-//! Moving a Docker sandbox to another engine, and cleaning up what a move
-//! had to leave behind.
+//! Moving a sandbox to another place of its backend (another engine, a
+//! node), and cleaning up what a move had to leave behind. Which places a
+//! backend has is its own business: its provider says whether it can move
+//! at all, and its own front end (for Docker,
+//! `SandboxClient::resume_on_engine`) computes the target state.
 //!
-//! A move never loses work and never leaves two live containers writing
+//! A move never loses work and never leaves two live instances writing
 //! one snapshot:
-//! - the snapshot must be in a shared store (a remote plugin), or the new
-//!   engine's host could not restore it;
-//! - when the old engine answers, the workspace is persisted there first
-//!   (a normal, lineage-checked stop) and the old container removed;
+//! - the snapshot must be portable ([`SandboxSnapshot::portable`]: a
+//!   shared store), or the new place could not restore it;
+//! - when the old place answers, the workspace is persisted there first
+//!   (a normal, lineage-checked stop) and the old instance removed;
 //! - when it does not, the sandbox moves from its last snapshot and the
-//!   old container is recorded as an orphan; the state no longer points
+//!   old instance is recorded as an orphan; the state no longer points
 //!   at it, so nothing can stop it into the snapshot again, and
-//!   [`SandboxClient::remove_orphans`] removes it once its engine is back.
+//!   [`SandboxClient::remove_orphans`] removes it once its place is back.
 
-use crate::backend::docker::{self, DockerBackend, DockerState, EngineChoice};
-use crate::backend::{Backend, BackendError, BackendState};
+use crate::backend::{BackendError, BackendState};
 
 use super::state::Orphan;
 use super::{Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState, SnapshotSpec};
@@ -25,127 +27,96 @@ use super::{Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState, 
 pub struct OrphanCleanup {
     /// The state without the orphans that are gone now; save it.
     pub state: SandboxState,
-    /// Orphans removed (their engine and container).
+    /// Orphans removed (their instance and where it ran).
     pub removed: Vec<String>,
-    /// Orphans still there, with why (their engine still does not answer).
+    /// Orphans still there, with why (their place still does not answer).
     pub remaining: Vec<(String, BackendError)>,
 }
 
-/// How an orphan reads in messages: its container and engine.
-fn describe(orphan: &DockerState) -> String {
-    format!(
-        "container {} on the {}",
-        orphan
-            .container_id
-            .as_deref()
-            .map(|id| &id[..id.len().min(12)])
-            .unwrap_or(&orphan.container_name),
-        docker::describe_engine(orphan.engine.as_deref())
-    )
-}
-
 impl SandboxClient {
-    /// Resumes a Docker sandbox on another engine (an endpoint or a Docker
-    /// context): the container is created there, and `start` restores the
-    /// workspace from the snapshot, which must be in a shared store (a
-    /// remote plugin such as the s3-store; a local-directory snapshot is
-    /// refused). If the old engine answers, the workspace is persisted
-    /// there first and the old container removed; if not, the sandbox
-    /// moves from its last snapshot and the old container is kept in
-    /// [`SandboxState::orphans`]. On the engine it already runs on, this is
-    /// [`SandboxClient::resume`].
+    /// How an instance reads in messages: what it is and where.
+    fn describe_instance(&self, backend: &BackendState) -> String {
+        let summary = self.backend_summary(backend).unwrap_or_default();
+        match (summary.instance, summary.location) {
+            (Some(i), Some(l)) => format!("{} {i} on {l}", backend.kind),
+            (Some(i), None) => format!("{} {i}", backend.kind),
+            _ => format!("a {} instance", backend.kind),
+        }
+    }
+
+    /// Moves the sandbox whose state is `state` to `target`, the backend
+    /// state of the same sandbox at its new place (a new instance, not yet
+    /// created), and resumes it there: `start` then restores the workspace
+    /// from the snapshot, which must be portable. If the old place answers,
+    /// the workspace is persisted there first and the old instance
+    /// removed; if not, the sandbox moves from its last snapshot and the
+    /// old instance is kept in [`SandboxState::orphans`]. `target`
+    /// describes the place in errors.
     ///
     /// Hold the sandbox's lock (across processes, its `StateLock`), and
     /// save the returned sandbox's state.
-    ///
-    /// ```no_run
-    /// use berth::backend::docker::EngineChoice;
-    /// use berth::sandbox::{SandboxClient, SandboxState};
-    /// # async fn f(json: &str) -> Result<(), Box<dyn std::error::Error>> {
-    /// let client = SandboxClient::new("/var/lib/my-agent/berth");
-    /// let state = SandboxState::from_json(json)?;
-    /// let target = EngineChoice::new("tcp://gpu2.internal:2376").tls_cert_path("/etc/berth/gpu2");
-    /// let mut sandbox = client
-    ///     .resume_on_engine(state, &target, None, Default::default())
-    ///     .await?;
-    /// sandbox.start().await?; // restored there from the shared snapshot
-    /// let moved = sandbox.state(); // names the new engine, and any orphan left
-    /// # let _ = moved; Ok(()) }
-    /// ```
-    pub async fn resume_on_engine(
+    pub async fn move_to(
         &self,
         state: SandboxState,
-        target: &EngineChoice,
+        target: BackendState,
         snapshot: Option<SnapshotSpec>,
         options: SandboxOptions,
     ) -> Result<Sandbox, SandboxError> {
+        let place = self.describe_instance(&target);
         let refuse = |reason: String| SandboxError::Move {
-            engine: docker::describe_engine(Some(target.reference())),
+            target: place.clone(),
             reason,
         };
-        if state.backend.kind != docker::KIND {
+        let provider = self.provider(&state.backend.kind)?;
+        if !provider.relocatable() || target.kind != state.backend.kind {
             return Err(refuse(format!(
-                "it runs on the {} backend; only Docker sandboxes run on engines",
-                state.backend.kind
+                "it runs on the {} backend, which cannot move its sandboxes{}",
+                state.backend.kind,
+                if target.kind != state.backend.kind {
+                    format!(" to the {} backend", target.kind)
+                } else {
+                    String::new()
+                }
             )));
         }
-        let old: DockerState = state.backend.decode()?;
-        if target.is_engine_of(&old) {
-            return self.resume(state, snapshot, options).await;
-        }
-        let spec = match &snapshot {
-            Some(s) => s.clone(),
-            None => SnapshotSpec::from_state(&state.snapshot)?,
-        };
-        match &spec {
-            SnapshotSpec::Local { base_dir } => {
-                return Err(refuse(format!(
-                    "its snapshots are kept in a directory on this host ({}), which another engine's host cannot read; \
-                     a sandbox that moves needs a shared store: create it with `--snapshot remote:MANIFEST` (e.g. the s3-store plugin)",
-                    base_dir.display()
-                )))
-            }
-            SnapshotSpec::Noop => {
-                return Err(refuse(
-                    "it keeps no snapshot, so nothing could restore its workspace there; create it with `--snapshot remote:MANIFEST`".into(),
-                ))
-            }
-            _ => {}
-        }
-        if !old.container_owned {
+        let (bound, _, _) = self.bind_existing(&state, snapshot.clone(), None).await?;
+        if !bound.portable() {
             return Err(refuse(format!(
-                "its container {} is not Berth's, and Berth does not move containers it did not create",
-                old.container_name
+                "its {} snapshot is kept where only this host can read it; a sandbox that moves needs a shared store: \
+                 create it with a remote snapshot (e.g. the s3-store plugin)",
+                bound.kind()
             )));
         }
-        // Orphans whose engines answer go first: one left on the target
-        // engine would otherwise be adopted there by its name.
+        drop(bound);
+        // Orphans whose places answer go first: one left at the target
+        // would otherwise be adopted there by its name.
         let cleanup = self.remove_orphans(&state).await;
         for (what, e) in &cleanup.remaining {
-            tracing::warn!(orphan = %what, error = %e, "an orphan's engine still does not answer; keeping it");
+            tracing::warn!(orphan = %what, error = %e, "an orphan's place still does not answer; keeping it");
         }
         let mut state = cleanup.state;
-        if let Some(stuck) = state.orphans.iter().find(|o| {
-            o.backend
-                .decode::<DockerState>()
-                .is_ok_and(|d| target.is_engine_of(&d))
-        }) {
+        let target_location = provider.summary(&target).location;
+        if let Some(stuck) = state
+            .orphans
+            .iter()
+            .find(|o| provider.summary(&o.backend).location == target_location)
+        {
             return Err(refuse(format!(
-                "an orphaned container of this sandbox is still on that engine and could not be removed ({}); `berth rm` it once the engine answers",
+                "an orphaned instance of this sandbox is still there and could not be removed ({}); remove it once its place answers",
                 stuck.reason
             )));
         }
         let mut orphan = None;
-        match DockerBackend::connect(old.clone(), &state.session_id, None).await {
+        match provider.resume(&state.backend, &state.session_id).await {
             Ok(backend) => {
-                if backend.container_present().await? {
+                if backend.instance_exists().await? {
                     // Persist the latest work where it is, then remove the
-                    // old container: one live container per snapshot.
+                    // old instance: one live instance per snapshot.
                     let mut there = self
                         .resume_with_backend(
                             state.clone(),
                             snapshot.clone(),
-                            Box::new(backend),
+                            backend,
                             options.clone(),
                         )
                         .await?;
@@ -155,33 +126,32 @@ impl SandboxClient {
                     }
                     there.shutdown().await?;
                     state = there.state();
-                    tracing::info!(session = %state.session_id, "persisted on the old engine and removed its container");
+                    tracing::info!(session = %state.session_id, "persisted at the old place and removed its instance");
                 }
             }
             Err(e) => {
                 if state.snapshot.digest.is_none() {
                     return Err(refuse(format!(
-                        "its engine does not answer ({e}), and it was never stopped, so no snapshot holds its workspace; \
-                         bring the engine back and run the move again"
+                        "its place does not answer ({e}), and it was never stopped, so no snapshot holds its workspace; \
+                         bring it back and run the move again"
                     )));
                 }
-                tracing::warn!(error = %e, "the old engine does not answer; moving from the last snapshot and keeping the old container as an orphan");
+                tracing::warn!(error = %e, "the old place does not answer; moving from the last snapshot and keeping the old instance as an orphan");
                 orphan = Some(Orphan {
                     backend: state.backend.clone(),
                     reason: e.to_string(),
                 });
             }
         }
-        let old: DockerState = state.backend.decode()?;
-        state.backend = BackendState::encode(docker::KIND, &target.apply_to(&old))?;
+        state.backend = target;
         state.orphans.extend(orphan);
         self.resume(state, snapshot, options).await
     }
 
     /// Removes the orphans of the sandbox whose state is `state` (see
-    /// [`SandboxClient::resume_on_engine`]) whose engines answer now, and
-    /// says which are left. Hold the sandbox's lock and save the returned
-    /// state.
+    /// [`SandboxClient::move_to`]) whose places answer now, with their
+    /// backend's provider, and says which are left. Hold the sandbox's
+    /// lock and save the returned state.
     pub async fn remove_orphans(&self, state: &SandboxState) -> OrphanCleanup {
         let mut cleanup = OrphanCleanup {
             state: state.clone(),
@@ -190,22 +160,18 @@ impl SandboxClient {
         };
         let mut kept = Vec::new();
         for orphan in &state.orphans {
-            let decoded: Result<DockerState, _> = orphan.backend.decode();
-            let result = match &decoded {
-                Ok(old) => match DockerBackend::connect(old.clone(), &state.session_id, None).await
-                {
-                    Ok(mut backend) => backend.destroy().await,
-                    Err(e) => Err(e),
-                },
+            let what = self.describe_instance(&orphan.backend);
+            let result = match self.provider(&orphan.backend.kind) {
+                Ok(provider) => {
+                    provider
+                        .remove_orphan(&orphan.backend, &state.session_id)
+                        .await
+                }
                 Err(e) => Err(BackendError::State {
                     kind: orphan.backend.kind.clone(),
                     message: e.to_string(),
                 }),
             };
-            let what = decoded
-                .as_ref()
-                .map(describe)
-                .unwrap_or_else(|_| format!("a {} instance", orphan.backend.kind));
             match result {
                 Ok(()) => cleanup.removed.push(what),
                 Err(e) => {

@@ -10,10 +10,8 @@ use super::state::{PluginRef, SnapshotState};
 use super::SandboxError;
 use crate::plugin::{Plugin, PluginHost, World};
 use crate::remote_client::RemoteSnapshotClient;
-use crate::snapshot::{
-    DedupOptions, DedupRecord, DedupSnapshot, LocalSnapshot, NoopSnapshot, PackCache,
-    RemoteSnapshot, SandboxSnapshot,
-};
+use crate::snapshot::dedup::{self, DedupOptions, DedupRecord, DedupSnapshot};
+use crate::snapshot::{LocalSnapshot, NoopSnapshot, PackCache, RemoteSnapshot, SandboxSnapshot};
 use crate::snapshot_id::SnapshotId;
 
 /// Where a sandbox's snapshots go.
@@ -98,12 +96,12 @@ impl SnapshotSpec {
                 .plugin
                 .as_ref()
                 .map(|p| p.manifest.clone())
-                .ok_or_else(|| {
-                    SandboxError::State(format!(
-                        "this sandbox's {} snapshot store was given as an object, not a manifest file: pass the same SnapshotSpec to SandboxClient::resume",
-                        state.kind
-                    ))
+                .ok_or_else(|| SandboxError::SnapshotNotRecorded {
+                    kind: state.kind.clone(),
                 })
+        };
+        let unreadable = |e: serde_json::Error| SandboxError::CorruptState {
+            problem: format!("the deduplicated snapshot's record: {e}"),
         };
         Ok(match state.kind.as_str() {
             "noop" => SnapshotSpec::Noop,
@@ -111,25 +109,31 @@ impl SnapshotSpec {
                 base_dir: state
                     .base_dir
                     .clone()
-                    .ok_or_else(|| SandboxError::State("local snapshot without base_dir".into()))?,
+                    .ok_or_else(|| SandboxError::CorruptState {
+                        problem: "a local snapshot without base_dir".into(),
+                    })?,
             },
-            "remote" => {
+            // Versions before 0.4 wrote a deduplicated snapshot as
+            // `remote` with its record.
+            "remote" | dedup::KIND => {
                 let remote = SnapshotSpec::Remote { plugin: plugin()? };
-                match &state.dedup {
-                    Some(record) => remote.deduplicated(record.keep),
-                    None => remote,
+                let record = dedup::record_in(&state.fields).map_err(unreadable)?;
+                match (record, state.kind.as_str()) {
+                    (Some(record), _) => remote.deduplicated(record.keep),
+                    (None, dedup::KIND) => remote.deduplicated(1),
+                    (None, _) => remote,
                 }
             }
             "plugin" => SnapshotSpec::Plugin { plugin: plugin()? },
             "custom" => {
-                return Err(SandboxError::State(
-                    "this sandbox's snapshot is the embedder's own: pass the same SnapshotSpec::Custom to SandboxClient::resume".into(),
-                ))
+                return Err(SandboxError::SnapshotNotRecorded {
+                    kind: state.kind.clone(),
+                })
             }
             other => {
-                return Err(SandboxError::State(format!(
-                    "unknown snapshot type {other:?}"
-                )))
+                return Err(SandboxError::UnknownSnapshotKind {
+                    kind: other.to_string(),
+                })
             }
         })
     }
@@ -145,6 +149,7 @@ pub async fn bind(
     host: &PluginHost,
     previous: Option<&SnapshotState>,
     cache: Option<&PackCache>,
+    spool_dir: Option<&std::path::Path>,
 ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotState), SandboxError> {
     let mut state = SnapshotState {
         kind: String::new(),
@@ -155,13 +160,19 @@ pub async fn bind(
         size: previous.and_then(|p| p.size),
         compression: previous.and_then(|p| p.compression.clone()),
         persist_pending: previous.is_some_and(|p| p.persist_pending),
-        dedup: None,
+        fields: serde_json::Map::new(),
     };
     let (spec, keep) = match spec {
         SnapshotSpec::Dedup { store, keep } => (store.as_ref(), Some(*keep)),
         other => (other, None),
     };
-    let record = match (previous.and_then(|p| p.dedup.clone()), keep) {
+    let recorded = match previous {
+        Some(p) => dedup::record_in(&p.fields).map_err(|e| SandboxError::CorruptState {
+            problem: format!("the deduplicated snapshot's record: {e}"),
+        })?,
+        None => None,
+    };
+    let record = match (recorded, keep) {
         (Some(record), _) => Some(record),
         (None, Some(keep)) => Some(DedupRecord::new(keep)),
         (None, None) => None,
@@ -171,8 +182,10 @@ pub async fn bind(
         (Bound::Remote(client), Some(record)) => {
             let options = DedupOptions::default()
                 .keep(record.keep)
-                .cache(cache.cloned());
-            state.dedup = Some(record.clone());
+                .cache(cache.cloned())
+                .spool_dir(spool_dir.map(std::path::Path::to_path_buf));
+            state.kind = dedup::KIND.into();
+            state.fields = dedup::record_fields(&record);
             Arc::new(DedupSnapshot::resume(
                 id,
                 client,
@@ -183,8 +196,8 @@ pub async fn bind(
         }
         (Bound::Remote(client), None) => Arc::new(RemoteSnapshot::new(id, client)),
         (Bound::Snapshot(_), Some(_)) => {
-            return Err(SandboxError::State(format!(
-                "deduplication needs a remote store (remote:MANIFEST or a remote client), not a {} snapshot",
+            return Err(SandboxError::SnapshotSpec(format!(
+                "deduplication needs a remote store (a remote-client plugin or a remote client), not a {} snapshot",
                 state.kind
             )))
         }
@@ -239,7 +252,7 @@ async fn bind_store(
             bind_plugin(&loaded, Some(plugin.clone()), wants, id, previous, state).await?
         }
         SnapshotSpec::Dedup { .. } => {
-            return Err(SandboxError::State(
+            return Err(SandboxError::SnapshotSpec(
                 "a deduplicated snapshot cannot wrap another deduplicated snapshot".into(),
             ))
         }
@@ -276,11 +289,11 @@ async fn bind_plugin(
     });
     if let Some(wants) = wants {
         if loaded.world() != wants {
-            return Err(SandboxError::State(format!(
-                "{name} is a {}, but this snapshot needs a {}",
-                loaded.world().name(),
-                wants.name()
-            )));
+            return Err(SandboxError::PluginWorld {
+                plugin: name,
+                is: loaded.world().name(),
+                needs: wants.name(),
+            });
         }
     }
     Ok(match loaded.world() {

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::DedupRecord;
 use crate::snapshot_id::SnapshotId;
 use crate::workspace::WorkspaceSpec;
 
@@ -25,7 +24,7 @@ pub struct PluginRef {
 /// The snapshot part of the state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotState {
-    /// `noop`, `local`, `remote` or `plugin`.
+    /// `noop`, `local`, `remote`, `dedup`, `plugin` or `custom`.
     #[serde(rename = "type")]
     pub kind: String,
     /// The stable snapshot id.
@@ -51,10 +50,10 @@ pub struct SnapshotState {
     /// Set before persisting, cleared after; see `Sandbox::stop`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub persist_pending: bool,
-    /// The generations of a deduplicated snapshot (see
-    /// [`crate::snapshot::DedupSnapshot`]); absent for whole-archive ones.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dedup: Option<DedupRecord>,
+    /// The kind's own fields (a deduplicated snapshot's generations, under
+    /// `dedup`), as [`crate::SandboxSnapshot::state_fields`] gives them.
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, serde_json::Value>,
 }
 
 pub use crate::backend::BackendState;
@@ -113,9 +112,10 @@ pub struct Orphan {
 }
 
 impl SandboxState {
-    /// Serialises to pretty JSON.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    /// Serialises to pretty JSON. Fails only if a backend's or snapshot's
+    /// own fields cannot be written as JSON (a map with non-string keys).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
     }
 
     /// Parses JSON, ignoring unknown fields.

@@ -8,7 +8,7 @@
 //! [`DedupSnapshot`] keeps generations of the workspace as deduplicated
 //! chunks in any remote snapshot client.
 
-mod dedup;
+pub(crate) mod dedup;
 mod local;
 mod noop;
 mod remote;
@@ -63,11 +63,112 @@ pub trait SandboxSnapshot: Send + Sync {
         })
     }
 
-    /// This snapshot as a [`DedupSnapshot`], if it is one (its generations
-    /// are then part of the sandbox state). By default, `None`.
-    fn as_dedup(&self) -> Option<&DedupSnapshot> {
+    /// Whether what this snapshot stores can be restored on another host
+    /// (a shared store), so a sandbox using it can move. By default, no:
+    /// a kind says so only when it is true.
+    fn portable(&self) -> bool {
+        false
+    }
+
+    /// Whether this snapshot digests what it persists itself (a chunk
+    /// index records the archive's BLAKE3), so the lifecycle only counts
+    /// the bytes and takes the digest from [`SandboxSnapshot::own_seal`].
+    /// By default, no: the lifecycle hashes the archive.
+    fn seals_itself(&self) -> bool {
+        false
+    }
+
+    /// The seal of the archive this snapshot holds now — the one `restore`
+    /// would stream, the one `persist` just stored — when it verifies that
+    /// archive itself (see [`SandboxSnapshot::seals_itself`]); `restore`
+    /// then fails rather than stream anything else. By default, `None`:
+    /// the lifecycle verifies against the digest in the sandbox state.
+    fn own_seal(&self) -> Option<ArchiveSeal> {
         None
     }
+
+    /// Whether this snapshot compresses what it stores itself, so the
+    /// lifecycle must not compress the archive first. By default, no.
+    fn compresses_itself(&self) -> bool {
+        false
+    }
+
+    /// The kind's own fields of the sandbox state (a deduplicated
+    /// snapshot's generations), saved after every change and given back
+    /// on resume. By default, none.
+    fn state_fields(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
+
+    /// The snapshot's generations, when it keeps more than the newest
+    /// archive. By default, `None`.
+    fn generations(&self) -> Option<&dyn Generations> {
+        None
+    }
+}
+
+/// A stored archive's BLAKE3 (`blake3:<hex>`) and size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveSeal {
+    /// `blake3:<hex>` of the uncompressed tar.
+    pub digest: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// What a fork starts from (see [`Generations::fork_base`]).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ForkBase {
+    /// The generation's archive.
+    pub seal: ArchiveSeal,
+    /// The fork's own kind-specific state fields (its record of the
+    /// base), given to its snapshot at create.
+    pub fields: serde_json::Map<String, serde_json::Value>,
+    /// How many generations the fork keeps (as its source does).
+    pub keep: u32,
+    /// The store the fork's generations go to (the source's).
+    pub store: std::sync::Arc<dyn crate::RemoteSnapshotClient>,
+}
+
+impl std::fmt::Debug for ForkBase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForkBase")
+            .field("seal", &self.seal)
+            .field("keep", &self.keep)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A snapshot that keeps several generations of the workspace (see
+/// [`SandboxSnapshot::generations`]): one can be restored instead of the
+/// newest, forks start from one, and what no kept generation needs can
+/// be collected.
+#[async_trait::async_trait]
+pub trait Generations: Send + Sync {
+    /// Makes the next restore stream generation `number`, and returns its
+    /// seal; `None` when it is not kept.
+    fn select(&self, number: u64) -> Option<ArchiveSeal>;
+
+    /// The numbers of the kept generations, for messages (`1, 2, 3`).
+    fn kept(&self) -> String;
+
+    /// Deletes (or, with `dry_run`, lists) what no kept generation needs.
+    async fn collect_garbage(&self, dry_run: bool) -> Result<GcReport, StoreError>;
+
+    /// Pins generation `number` (by default, `None`, the newest) so the
+    /// source's garbage collection keeps it, and says what a fork of it
+    /// starts from.
+    async fn fork_base(&self, number: Option<u64>) -> Result<ForkBase, StoreError>;
+
+    /// Deletes (or lists) what a removal left for forks, except the
+    /// generations whose index ids are in `bases` (the fork bases still in
+    /// use) and what they need.
+    async fn delete_leftovers(
+        &self,
+        bases: &std::collections::BTreeSet<String>,
+        dry_run: bool,
+    ) -> Result<DeleteReport, StoreError>;
 }
 
 /// What [`SandboxSnapshot::delete_stored`] deleted and kept.

@@ -37,6 +37,12 @@ impl SandboxSnapshot for RemoteSnapshot {
         true
     }
 
+    /// The store is the plugin's (remote, shared): any host that can load
+    /// the plugin can restore from it.
+    fn portable(&self) -> bool {
+        true
+    }
+
     async fn persist(
         &self,
         archive: &mut (dyn AsyncRead + Unpin + Send),

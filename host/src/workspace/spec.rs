@@ -230,7 +230,7 @@ impl WorkspaceSpec {
     }
 
     /// The bind mounts, with their relative paths.
-    pub fn bind_mounts(&self) -> Result<Vec<(PathBuf, PathBuf, bool)>, SpecError> {
+    pub fn bind_mounts(&self) -> Result<Vec<BindMount>, SpecError> {
         Ok(self
             .flatten()?
             .into_iter()
@@ -238,11 +238,27 @@ impl WorkspaceSpec {
                 Entry::BindMount {
                     host_path,
                     read_only,
-                } => Some((f.path, host_path.clone(), *read_only)),
+                } => Some(BindMount {
+                    relative: f.path,
+                    host: host_path.clone(),
+                    read_only: *read_only,
+                }),
                 _ => None,
             })
             .collect())
     }
+}
+
+/// A bind-mount entry of a manifest, typed: the backend mounts `host` at
+/// `relative` under the workspace root, read-only when `read_only`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMount {
+    /// Where, relative to the workspace root.
+    pub relative: PathBuf,
+    /// The host directory or file.
+    pub host: PathBuf,
+    /// Whether writes through the mount are refused.
+    pub read_only: bool,
 }
 
 fn flatten_into<'a>(

@@ -78,7 +78,7 @@ fn agent_tar() -> Result<Arc<Vec<u8>>, AgentUnavailable> {
     TAR.get_or_init(|| {
         let path = agent_binary_path().ok_or_else(|| {
             AgentUnavailable(
-                format!("{NO_BINARY} (set BERTH_AGENT, or put berth-agent-static beside the program; `cargo xtask build-agent` builds it)"),
+                format!("{NO_BINARY} (set BERTH_AGENT to the static berth-agent binary, or put berth-agent-static beside the program)"),
             )
         })?;
         let meta = std::fs::metadata(&path)

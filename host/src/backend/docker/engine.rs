@@ -234,7 +234,7 @@ fn advice(engine: &Engine, why: &str) -> String {
             "the engine may expect TLS: set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH to its ca.pem/cert.pem/key.pem".into()
         }
         _ if engine.endpoint.starts_with("unix://") || engine.endpoint.starts_with('/') => {
-            "start dockerd (`cargo xtask setup` does, as root), or name another engine with --engine or DOCKER_HOST".into()
+            "start dockerd, or name another engine (DOCKER_HOST, a Docker context)".into()
         }
         _ => "check that the engine runs and listens there, or name another engine with --engine or DOCKER_HOST".into(),
     }

@@ -18,6 +18,7 @@ mod chunker;
 mod delete;
 mod format;
 mod gc;
+mod generations;
 mod persist;
 mod record;
 mod restore;
@@ -34,6 +35,7 @@ pub use chunker::ChunkerParams;
 pub use delete::Keep;
 pub use format::FORMAT_VERSION;
 pub use gc::GcReport;
+pub(crate) use generations::{record_fields, record_in};
 pub use record::{DedupRecord, Generation, StopStats};
 
 use super::SandboxSnapshot;
@@ -42,6 +44,10 @@ use crate::remote_client::RemoteSnapshotClient;
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::{FormatError, StorageError, StoreError};
 use format::{names, Index, MAX_INDEX_BYTES};
+
+/// A deduplicated snapshot's kind in the sandbox state. (Versions before
+/// 0.4 wrote `remote` with a `dedup` record; that reads as this kind.)
+pub const KIND: &str = "dedup";
 
 /// How a deduplicated snapshot cuts, compresses and caches.
 #[derive(Debug, Clone)]
@@ -321,10 +327,16 @@ impl SandboxSnapshot for DedupSnapshot {
     }
 
     fn kind(&self) -> &str {
-        "remote"
+        KIND
     }
 
     fn persistence_enabled(&self) -> bool {
+        true
+    }
+
+    /// The store is the plugin's (remote, shared): any host that can load
+    /// the plugin can restore from it.
+    fn portable(&self) -> bool {
         true
     }
 
@@ -348,11 +360,27 @@ impl SandboxSnapshot for DedupSnapshot {
         }
     }
 
-    async fn delete_stored(&self) -> Result<crate::snapshot::DeleteReport, StoreError> {
-        self.delete_all(&Keep::Pinned, false).await
+    fn seals_itself(&self) -> bool {
+        true
     }
 
-    fn as_dedup(&self) -> Option<&DedupSnapshot> {
+    fn own_seal(&self) -> Option<crate::snapshot::ArchiveSeal> {
+        self.head_seal()
+    }
+
+    fn compresses_itself(&self) -> bool {
+        true
+    }
+
+    fn state_fields(&self) -> serde_json::Map<String, serde_json::Value> {
+        record_fields(&self.record())
+    }
+
+    fn generations(&self) -> Option<&dyn crate::snapshot::Generations> {
         Some(self)
+    }
+
+    async fn delete_stored(&self) -> Result<crate::snapshot::DeleteReport, StoreError> {
+        self.delete_all(&Keep::Pinned, false).await
     }
 }

@@ -345,13 +345,13 @@ impl DedupSnapshot {
         if !up.packs.is_empty() {
             if let Err(e) = self.client.delete(&names::journal(self.id.as_str())).await {
                 if !is_not_found(&e) {
-                    tracing::warn!(error = %e, "removing the stop's journal failed; `berth gc` removes it");
+                    tracing::warn!(error = %e, "removing the stop's journal failed; garbage collection removes it");
                 }
             }
         }
         if let Err(e) = self.collect_garbage(false).await {
             tracing::warn!(snapshot = %self.id, error = %e,
-                "collecting dropped generations failed; the next stop or `berth gc` retries");
+                "collecting dropped generations failed; the next stop or garbage collection retries");
         }
         if let Some(cache) = &self.options.cache {
             cache.trim();

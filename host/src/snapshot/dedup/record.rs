@@ -81,6 +81,13 @@ pub struct DedupRecord {
 }
 
 impl DedupRecord {
+    /// The record in a snapshot state's kind-specific fields
+    /// (`SnapshotState::fields`), if it is a deduplicated snapshot's and
+    /// readable.
+    pub fn from_fields(fields: &serde_json::Map<String, serde_json::Value>) -> Option<Self> {
+        super::record_in(fields).ok().flatten()
+    }
+
     /// A record for a new snapshot keeping `keep` generations (at least 1).
     pub fn new(keep: u32) -> Self {
         DedupRecord {

@@ -1,0 +1,422 @@
+//! The Docker backend's typed state and options, and its provider: how
+//! the lifecycle creates, resumes, lists and forks Docker sandboxes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{engine, DockerBackend, PullPolicy, PullProgress, KIND};
+use crate::backend::{
+    Backend, BackendError, BackendOptions, BackendProvider, BackendSpec, BackendState,
+    BackendSummary, CreateContext,
+};
+use crate::workspace::spec::BindMount;
+
+fn default_root() -> String {
+    crate::workspace::spec::DEFAULT_ROOT.to_string()
+}
+fn yes() -> bool {
+    true
+}
+fn none_network() -> String {
+    "none".to_string()
+}
+
+/// Docker backend state (every field of the seed's `DockerSandboxState`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DockerState {
+    /// Container id, once created.
+    #[serde(default)]
+    pub container_id: Option<String>,
+    /// Container name (`berth-<session>` by default).
+    pub container_name: String,
+    /// Image (pulled as [`DockerState::pull`] says).
+    pub image: String,
+    /// Workspace root inside the container.
+    #[serde(default = "default_root")]
+    pub workspace_root: String,
+    /// Whether shutdown may remove the container.
+    #[serde(default = "yes")]
+    pub container_owned: bool,
+    /// Memory limit in bytes.
+    #[serde(default)]
+    pub memory_size_bytes: Option<i64>,
+    /// CPU limit (fractional CPUs).
+    #[serde(default)]
+    pub cpu_count: Option<f64>,
+    /// Container ports published on 127.0.0.1 (`8080` or `8080/udp`).
+    #[serde(default)]
+    pub exposed_ports: Vec<String>,
+    /// Network mode (default `none`).
+    #[serde(default = "none_network")]
+    pub network: String,
+    /// Extra `docker run` arguments (see [`run_args::SUPPORTED`]).
+    #[serde(default)]
+    pub additional_run_args: Vec<String>,
+    /// Container environment.
+    #[serde(default)]
+    pub environment: BTreeMap<String, String>,
+    /// Bind mounts as `host:container[:ro]` strings, as versions before
+    /// 0.4 recorded them (Docker parses them; new sandboxes record
+    /// [`DockerState::mounts`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binds: Vec<String>,
+    /// Bind mounts from the workspace manifest, typed (a host path may
+    /// hold any character, `:` included).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<DockerMount>,
+    /// The engine: an endpoint (`unix:///path`, `tcp://HOST:PORT`) or a
+    /// Docker context's name, recorded at create. `None` (state from
+    /// older versions): the docker CLI's defaults at each connect.
+    #[serde(default, alias = "docker_host")]
+    pub engine: Option<String>,
+    /// The directory of `ca.pem`, `cert.pem` and `key.pem` for a TCP
+    /// endpoint (a path, never the keys themselves).
+    #[serde(default)]
+    pub engine_cert_path: Option<PathBuf>,
+    /// When the image is pulled.
+    #[serde(default)]
+    pub pull: PullPolicy,
+    /// Run commands through the in-container agent (falling back to one
+    /// exec per command when it cannot run).
+    #[serde(default = "yes")]
+    pub agent: bool,
+}
+
+/// The engine a sandbox moves to (see
+/// `SandboxClient::resume_on_engine`): an endpoint or a Docker context's
+/// name, and for a `tcp://` endpoint the directory of its TLS files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineChoice {
+    reference: String,
+    cert_path: Option<PathBuf>,
+}
+
+impl EngineChoice {
+    /// The engine `reference` names: `unix:///path`, a socket path,
+    /// `tcp://HOST:PORT`, or a Docker context's name.
+    pub fn new(reference: impl Into<String>) -> Self {
+        EngineChoice {
+            reference: reference.into(),
+            cert_path: None,
+        }
+    }
+    /// The directory of `ca.pem`, `cert.pem` and `key.pem` for a `tcp://`
+    /// endpoint. By default, `$DOCKER_CERT_PATH` (else `~/.docker`) when
+    /// `$DOCKER_TLS_VERIFY` is set; a context brings its own.
+    pub fn tls_cert_path(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cert_path = Some(dir.into());
+        self
+    }
+    /// The reference, as given.
+    pub fn reference(&self) -> &str {
+        &self.reference
+    }
+    /// Whether `state` already runs on this engine.
+    pub fn is_engine_of(&self, state: &DockerState) -> bool {
+        let current = state
+            .engine
+            .clone()
+            .unwrap_or_else(|| engine::current_reference().0);
+        current == self.reference
+    }
+    /// `state` moved to this engine: a new container (not yet created)
+    /// with the same settings, name, workspace and binds.
+    pub fn apply_to(&self, state: &DockerState) -> DockerState {
+        DockerState {
+            container_id: None,
+            engine: Some(self.reference.clone()),
+            engine_cert_path: self
+                .cert_path
+                .clone()
+                .or_else(|| engine::env_cert_dir(&self.reference)),
+            ..state.clone()
+        }
+    }
+}
+
+/// A bind mount of a Docker sandbox: `source` on the engine's host at
+/// `target` in the container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DockerMount {
+    /// The host path.
+    pub source: PathBuf,
+    /// The path in the container.
+    pub target: String,
+    /// Whether the mount is read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// Builder for a new Docker sandbox.
+#[derive(Debug, Clone)]
+pub struct DockerOptions {
+    state: DockerState,
+    pull_progress: Option<PullProgress>,
+}
+
+impl DockerOptions {
+    /// A sandbox from `image` with secure defaults.
+    pub fn new(image: impl Into<String>) -> Self {
+        DockerOptions {
+            state: DockerState {
+                container_id: None,
+                container_name: String::new(),
+                image: image.into(),
+                workspace_root: default_root(),
+                container_owned: true,
+                memory_size_bytes: None,
+                cpu_count: None,
+                exposed_ports: Vec::new(),
+                network: none_network(),
+                additional_run_args: Vec::new(),
+                environment: BTreeMap::new(),
+                binds: Vec::new(),
+                mounts: Vec::new(),
+                engine: None,
+                engine_cert_path: None,
+                pull: PullPolicy::Missing,
+                agent: true,
+            },
+            pull_progress: None,
+        }
+    }
+    /// Memory limit in bytes (swap included). By default, none.
+    pub fn memory(mut self, bytes: i64) -> Self {
+        self.state.memory_size_bytes = Some(bytes);
+        self
+    }
+    /// CPU limit, in (fractional) CPUs. By default, none.
+    pub fn cpus(mut self, cpus: f64) -> Self {
+        self.state.cpu_count = Some(cpus);
+        self
+    }
+    /// Publishes a container port on 127.0.0.1 (repeatable). By default,
+    /// nothing is published.
+    pub fn expose(mut self, port: impl Into<String>) -> Self {
+        self.state.exposed_ports.push(port.into());
+        self
+    }
+    /// Network mode (e.g. `bridge`). By default, `none`: no network.
+    pub fn network(mut self, network: impl Into<String>) -> Self {
+        self.state.network = network.into();
+        self
+    }
+    /// Extra `docker run` arguments from the supported subset
+    /// ([`run_args::SUPPORTED`]); anything else is refused at create. By
+    /// default, none: no capabilities, no new privileges, pids limit 1024.
+    pub fn run_args(mut self, args: Vec<String>) -> Self {
+        self.state.additional_run_args = args;
+        self
+    }
+    /// An environment variable for the container (repeatable). By
+    /// default, only the image's.
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.state.environment.insert(k.into(), v.into());
+        self
+    }
+    /// Container name. By default, `berth-<session id>`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.state.container_name = name.into();
+        self
+    }
+    /// Uses an existing container that Berth does not own: shutdown leaves
+    /// it alone and stop only persists.
+    pub fn existing_container(mut self, name_or_id: impl Into<String>) -> Self {
+        self.state.container_name = name_or_id.into();
+        self.state.container_owned = false;
+        self
+    }
+    /// The engine: an endpoint (`unix:///path`, a socket path,
+    /// `tcp://HOST:PORT`) or a Docker context's name. By default, what the
+    /// docker CLI would use: `$DOCKER_HOST`, else `$DOCKER_CONTEXT`, else
+    /// the config's current context, else `unix:///var/run/docker.sock`.
+    /// The sandbox's state records it, so later commands reach the same
+    /// engine whatever their environment says.
+    pub fn engine(mut self, engine: impl Into<String>) -> Self {
+        self.state.engine = Some(engine.into());
+        self
+    }
+    /// The directory of `ca.pem`, `cert.pem` and `key.pem` for mutual TLS
+    /// with a `tcp://` engine. By default, `$DOCKER_CERT_PATH` (else
+    /// `~/.docker`) when `$DOCKER_TLS_VERIFY` is set, or the context's
+    /// files; the state records the directory, never the keys.
+    pub fn tls_cert_path(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state.engine_cert_path = Some(dir.into());
+        self
+    }
+    /// Whether commands run through Berth's agent inside the container (a
+    /// small static binary copied in through the archive API, one
+    /// long-lived exec session for all commands, needed for persistent
+    /// shell sessions). By default, on; when the agent cannot run (no
+    /// binary, a read-only filesystem), commands fall back to one exec
+    /// each, and that is logged once.
+    pub fn agent(mut self, on: bool) -> Self {
+        self.state.agent = on;
+        self
+    }
+    /// When to pull the image from its registry. By default,
+    /// [`PullPolicy::Missing`]: when the engine lacks it.
+    pub fn pull(mut self, policy: PullPolicy) -> Self {
+        self.state.pull = policy;
+        self
+    }
+
+    /// The settings of an existing sandbox's container, for a new one of
+    /// its own (as `berth fork` makes): same image, limits, network, ports,
+    /// run arguments, environment and daemon; a new, owned container.
+    pub fn like(existing: &DockerState) -> Self {
+        DockerOptions {
+            state: DockerState {
+                container_id: None,
+                container_name: String::new(),
+                container_owned: true,
+                binds: Vec::new(),
+                mounts: Vec::new(),
+                ..existing.clone()
+            },
+            pull_progress: None,
+        }
+    }
+
+    /// Told how image pulls go when the engine lacks the image. By
+    /// default, nobody.
+    pub fn pull_progress(mut self, progress: PullProgress) -> Self {
+        self.pull_progress = Some(progress);
+        self
+    }
+
+    /// The state as configured so far (for probing the daemon).
+    pub fn into_state_for_probe(self) -> DockerState {
+        self.state
+    }
+
+    /// Records the engine the docker CLI's rules pick now, when none was
+    /// named, with the certificate directory its environment gives.
+    fn with_engine_recorded(mut self) -> Self {
+        match &self.state.engine {
+            None => {
+                let (reference, certs) = engine::current_reference();
+                self.state.engine = Some(reference);
+                if self.state.engine_cert_path.is_none() {
+                    self.state.engine_cert_path = certs;
+                }
+            }
+            Some(reference) if self.state.engine_cert_path.is_none() => {
+                self.state.engine_cert_path = engine::env_cert_dir(reference);
+            }
+            Some(_) => {}
+        }
+        self
+    }
+
+    /// The state for session `session_id` with workspace `root` and the
+    /// manifest's bind mounts.
+    fn into_state(mut self, session_id: &str, root: &str, binds: &[BindMount]) -> DockerState {
+        self = self.with_engine_recorded();
+        if self.state.container_name.is_empty() {
+            self.state.container_name = format!("berth-{session_id}");
+        }
+        let root = root.trim_end_matches('/');
+        self.state.workspace_root = root.to_string();
+        self.state.mounts = binds
+            .iter()
+            .map(|b| DockerMount {
+                source: b.host.clone(),
+                target: format!("{root}/{}", b.relative.display()),
+                read_only: b.read_only,
+            })
+            .collect();
+        self.state
+    }
+}
+
+#[async_trait::async_trait]
+impl BackendOptions for DockerOptions {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    async fn create(
+        self: Box<Self>,
+        context: &CreateContext<'_>,
+    ) -> Result<Box<dyn Backend>, BackendError> {
+        let progress = self.pull_progress.clone();
+        let state = self.into_state(
+            context.session_id,
+            &context.workspace.root,
+            context.bind_mounts,
+        );
+        Ok(Box::new(
+            DockerBackend::connect(state, context.session_id, progress).await?,
+        ))
+    }
+}
+
+/// The Docker backend's [`BackendProvider`]: resumes containers on the
+/// engine their state names.
+#[derive(Debug, Clone, Default)]
+pub struct DockerProvider {
+    pull_progress: Option<PullProgress>,
+}
+
+impl DockerProvider {
+    /// Told how image pulls go when a resumed sandbox's engine lacks its
+    /// image (it is re-created after being removed). By default, nobody.
+    pub fn pull_progress(mut self, progress: PullProgress) -> Self {
+        self.pull_progress = Some(progress);
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl BackendProvider for DockerProvider {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    async fn resume(
+        &self,
+        state: &BackendState,
+        session_id: &str,
+    ) -> Result<Box<dyn Backend>, BackendError> {
+        Ok(Box::new(
+            DockerBackend::connect(state.decode()?, session_id, self.pull_progress.clone()).await?,
+        ))
+    }
+
+    fn summary(&self, state: &BackendState) -> BackendSummary {
+        match state.decode::<DockerState>() {
+            Ok(s) => BackendSummary::new(
+                Some(
+                    s.container_id
+                        .as_deref()
+                        .map(|id| id[..id.len().min(12)].to_string())
+                        .unwrap_or(s.container_name),
+                ),
+                s.engine,
+            ),
+            Err(_) => BackendSummary::default(),
+        }
+    }
+
+    fn options_like(&self, state: &BackendState) -> Result<BackendSpec, BackendError> {
+        let mut options = DockerOptions::like(&state.decode()?);
+        options.pull_progress = self.pull_progress.clone();
+        Ok(BackendSpec::new(options))
+    }
+
+    fn relocatable(&self) -> bool {
+        true
+    }
+
+    async fn remove_orphan(
+        &self,
+        state: &BackendState,
+        session_id: &str,
+    ) -> Result<(), BackendError> {
+        let mut backend = DockerBackend::connect(state.decode()?, session_id, None).await?;
+        backend.destroy().await
+    }
+}

@@ -1,0 +1,79 @@
+//! A deduplicated snapshot's capabilities, as the lifecycle sees them:
+//! it seals and compresses itself, keeps its record in the sandbox state,
+//! and keeps generations ([`Generations`]).
+
+use std::collections::BTreeSet;
+
+use super::{DedupRecord, DedupSnapshot, GcReport, Generation, Keep};
+use crate::snapshot::{ArchiveSeal, DeleteReport, ForkBase, Generations};
+use crate::store_error::StoreError;
+
+/// The state field holding a deduplicated snapshot's record.
+pub(crate) const RECORD_FIELD: &str = "dedup";
+
+fn seal_of(g: &Generation) -> ArchiveSeal {
+    ArchiveSeal {
+        digest: g.digest.clone(),
+        size: g.size,
+    }
+}
+
+/// `record` as the kind's state fields.
+pub(crate) fn record_fields(record: &DedupRecord) -> serde_json::Map<String, serde_json::Value> {
+    let mut fields = serde_json::Map::new();
+    if let Ok(value) = serde_json::to_value(record) {
+        fields.insert(RECORD_FIELD.into(), value);
+    }
+    fields
+}
+
+/// The record in a snapshot state's fields, if there is one.
+pub(crate) fn record_in(
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Option<DedupRecord>, serde_json::Error> {
+    fields
+        .get(RECORD_FIELD)
+        .map(|v| serde_json::from_value(v.clone()))
+        .transpose()
+}
+
+impl DedupSnapshot {
+    /// The seal of the generation a restore reads now.
+    pub(super) fn head_seal(&self) -> Option<ArchiveSeal> {
+        self.record().head().map(seal_of)
+    }
+}
+
+#[async_trait::async_trait]
+impl Generations for DedupSnapshot {
+    fn select(&self, number: u64) -> Option<ArchiveSeal> {
+        self.select_generation(number).as_ref().map(seal_of)
+    }
+
+    fn kept(&self) -> String {
+        self.record().kept_numbers()
+    }
+
+    async fn collect_garbage(&self, dry_run: bool) -> Result<GcReport, StoreError> {
+        DedupSnapshot::collect_garbage(self, dry_run).await
+    }
+
+    async fn fork_base(&self, number: Option<u64>) -> Result<ForkBase, StoreError> {
+        let keep = self.record().keep;
+        let base = self.pin_generation(number).await?;
+        Ok(ForkBase {
+            seal: seal_of(&base),
+            fields: record_fields(&DedupRecord::forked_from(base, keep)),
+            keep,
+            store: self.client().clone(),
+        })
+    }
+
+    async fn delete_leftovers(
+        &self,
+        bases: &BTreeSet<String>,
+        dry_run: bool,
+    ) -> Result<DeleteReport, StoreError> {
+        self.delete_all(&Keep::Bases(bases.clone()), dry_run).await
+    }
+}
