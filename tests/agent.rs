@@ -64,11 +64,29 @@ async fn commands_run_through_one_agent_session_with_streams_codes_and_caps() {
         ),
         (3, "out\nno newline", "err\n", false)
     );
-    // One agent, reused by every command (this one included).
+    // One agent, reused by every command (this one included): the same
+    // process before and after five more (a fresh agent per command would
+    // be another pid each time).
+    let agent_pid = || async {
+        sh(
+            &sb,
+            "ps -o pid,args | grep ' /.berth/agent' | grep -v grep | awk '{print $1}'",
+        )
+        .await
+        .trim()
+        .to_string()
+    };
+    let before = agent_pid().await;
+    assert!(!before.is_empty(), "no agent process in the container");
     for _ in 0..5 {
         sh(&sb, "true").await;
     }
     assert_eq!(agents_running(&sb).await, 1);
+    assert_eq!(
+        agent_pid().await,
+        before,
+        "the agent was replaced between commands"
+    );
     let mut req = ExecRequest::new(
         "head -c 300000 /dev/zero; head -c 5000 /dev/zero >&2",
         Duration::from_secs(20),

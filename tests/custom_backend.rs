@@ -98,6 +98,13 @@ impl BackendProvider for DirProvider {
     }
 }
 
+impl DirBackend {
+    /// The instance marker, beside the workspace directory.
+    fn marker(&self) -> PathBuf {
+        self.state.dir.with_extension("instance")
+    }
+}
+
 #[async_trait::async_trait]
 impl Backend for DirBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
@@ -105,8 +112,12 @@ impl Backend for DirBackend {
     }
 
     async fn instance_id(&self) -> Result<Option<String>, BackendError> {
-        // Good enough for a test: a marker file names the instance.
-        Ok(std::fs::read_to_string(self.state.dir.join(".instance")).ok())
+        // Good enough for a test: a marker file beside the workspace names
+        // the instance (deleting the workspace deletes the instance).
+        if !self.state.dir.is_dir() {
+            return Ok(None);
+        }
+        Ok(std::fs::read_to_string(self.marker()).ok())
     }
 
     async fn root_exists(&self) -> Result<bool, BackendError> {
@@ -115,7 +126,7 @@ impl Backend for DirBackend {
 
     async fn prepare_root(&mut self) -> Result<(), BackendError> {
         std::fs::create_dir_all(&self.state.dir).map_err(|e| failed("mkdir", e))?;
-        let marker = self.state.dir.join(".instance");
+        let marker = self.marker();
         if !marker.exists() {
             let id = format!("{:?}", std::time::SystemTime::now());
             std::fs::write(marker, id).map_err(|e| failed("marking", e))?;
@@ -153,7 +164,7 @@ impl Backend for DirBackend {
             Err(_) => {
                 // The whole group: whatever the command started dies too.
                 let _ = std::process::Command::new("kill")
-                    .args(["-KILL", &format!("-{pgid}")])
+                    .args(["-s", "KILL", "--", &format!("-{pgid}")])
                     .status();
                 (true, (Vec::new(), Vec::new()))
             }
@@ -183,9 +194,7 @@ impl Backend for DirBackend {
     }
 
     async fn read_archive(&self, exclude: &[PathBuf]) -> Result<ArchiveStream, BackendError> {
-        let mut exclude = exclude.to_vec();
-        exclude.push(PathBuf::from(".instance"));
-        Ok(Box::new(pack_dir(self.state.dir.clone(), exclude)))
+        Ok(Box::new(pack_dir(self.state.dir.clone(), exclude.to_vec())))
     }
 
     async fn write_archive(&self, archive: ArchiveStream) -> Result<(), BackendError> {
@@ -197,6 +206,7 @@ impl Backend for DirBackend {
 
     async fn destroy(&mut self) -> Result<(), BackendError> {
         let _ = std::fs::remove_dir_all(&self.state.dir);
+        let _ = std::fs::remove_file(self.marker());
         Ok(())
     }
 
@@ -207,6 +217,21 @@ impl Backend for DirBackend {
     fn state(&self) -> Result<BackendState, BackendError> {
         BackendState::encode(KIND, &self.state)
     }
+}
+
+/// Starts a resumed sandbox whose workspace is gone: it is rebuilt from
+/// the snapshot, both files back; then shuts it down.
+async fn restored_both_files(sb: &mut berth::sandbox::Sandbox) {
+    assert_eq!(
+        sb.start().await.unwrap(),
+        StartBranch::Rebuild { restored: true }
+    );
+    let r = sb
+        .exec(ExecRequest::new("cat a.txt b.txt", Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, "a\nb\n");
+    sb.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -264,16 +289,7 @@ async fn a_backend_written_outside_the_crate_runs_the_whole_lifecycle() {
         .resume_with_backend(state, None, Box::new(backend), SandboxOptions::default())
         .await
         .unwrap();
-    assert_eq!(
-        sb.start().await.unwrap(),
-        StartBranch::Rebuild { restored: true }
-    );
-    let r = sb
-        .exec(ExecRequest::new("cat a.txt b.txt", Duration::from_secs(10)))
-        .await
-        .unwrap();
-    assert_eq!(r.stdout, "a\nb\n");
-    sb.shutdown().await.unwrap();
+    restored_both_files(&mut sb).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -312,16 +328,7 @@ async fn a_registered_provider_creates_resumes_lists_and_makes_one_like_it() {
         .resume(state.clone(), None, SandboxOptions::default())
         .await
         .unwrap();
-    assert_eq!(
-        sb.start().await.unwrap(),
-        StartBranch::Rebuild { restored: true }
-    );
-    let r = sb
-        .exec(ExecRequest::new("cat a.txt b.txt", Duration::from_secs(10)))
-        .await
-        .unwrap();
-    assert_eq!(r.stdout, "a\nb\n");
-    sb.shutdown().await.unwrap();
+    restored_both_files(&mut sb).await;
 
     // A new sandbox like it: same kind, its own directory.
     let like = client.backend_like(&state.backend).unwrap();

@@ -9,7 +9,7 @@
 //! without the pack cache, and compare the manifest read straight from the
 //! host directory with the one taken before that generation's stop.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use berth::plugin::World;
@@ -18,8 +18,8 @@ use berth::snapshot::DedupRecord;
 use berth::workspace::WorkspaceSpec;
 use berth_tests::workspace_gen::{self, MANIFEST};
 use berth_tests::{
-    berth_bin, berth_in, berth_ok, berth_state, docker_or_skip, host_with_cache, local_root,
-    s3_manifest, s3_or_skip, scratch_manifest, test_image,
+    berth_bin, berth_in, berth_ok, berth_state, docker_or_skip, fs_store_manifest, host_with_cache,
+    local_root, s3_manifest, s3_or_skip, scratch_manifest, test_image,
 };
 
 fn seeds() -> Vec<u64> {
@@ -48,24 +48,6 @@ fn sh_in(dir: &Path, script: &str) -> String {
 
 fn record(state: &SandboxState) -> DedupRecord {
     DedupRecord::from_fields(&state.snapshot.fields).expect("a deduplicated snapshot")
-}
-
-/// A manifest for the Wasm fs-store keeping its objects in `store`.
-fn fs_store_manifest(dir: &Path, store: &Path) -> PathBuf {
-    std::fs::create_dir_all(store).unwrap();
-    let manifest = dir.join("fs-store.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "name = \"fs-store\"\ncomponent = {:?}\nworld = \"remote-client-plugin\"\n\
-             [config]\nroot = \"/data\"\n[grants]\nmax_memory = \"64MiB\"\ndeadline_secs = 120\n\
-             [[grants.dirs]]\nhost = {:?}\nguest = \"/data\"\nmode = \"rw\"\n",
-            berth_tests::guest("fs_store"),
-            store
-        ),
-    )
-    .unwrap();
-    manifest
 }
 
 /// The objects in an fs-store directory (`<id>.tar` files).

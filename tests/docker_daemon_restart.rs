@@ -79,12 +79,15 @@ async fn a_daemon_restart_mid_session_is_survived() {
     let allowed = std::env::var_os("BERTH_ALLOW_DOCKERD_RESTART").is_some()
         || std::path::Path::new("/tmp/berth-dockerd.log").exists();
     let Some(pid) = dockerd_pid().filter(|_| allowed) else {
+        // In CI the daemon-restart disaster must be tested, not skipped.
         assert!(
-            !docker_required() || !allowed,
-            "dockerd must be restartable in CI"
+            !docker_required(),
+            "dockerd must be restartable in CI (set BERTH_ALLOW_DOCKERD_RESTART=1, or let `cargo xtask setup` start dockerd); found dockerd: {:?}, allowed: {allowed}",
+            dockerd_pid()
         );
-        eprintln!(
-            "SKIPPED a_daemon_restart_mid_session_is_survived: not allowed to restart dockerd here"
+        berth_tests::skipped(
+            "a_daemon_restart_mid_session_is_survived",
+            "not allowed to restart dockerd here (BERTH_ALLOW_DOCKERD_RESTART unset)",
         );
         return;
     };
@@ -127,18 +130,18 @@ async fn a_daemon_restart_mid_session_is_survived() {
         t.elapsed() < Duration::from_secs(20),
         "exec hung while the daemon restarted"
     );
-    if let Err(e) = &r {
-        println!("exec during the restart: {e}");
-        assert!(
-            e.to_string().contains("Docker daemon"),
-            "unclear error: {e}"
-        );
-    }
+    // The container stops with its daemon: the command cannot have run.
+    let e = r.expect_err("a command ran while its daemon restarted");
+    let said = berth_tests::chain(&e);
+    assert!(
+        said.contains("Docker daemon") || said.contains("not running"),
+        "unclear error: {said}"
+    );
 
     // Wait for the daemon, then resume: the same container, restarted.
     let t = Instant::now();
     let probe = DockerOptions::new(test_image()).into_state_for_probe();
-    while berth::backend::docker::connect(&probe).await.is_err() {
+    while berth::backend::docker::check_engine(&probe).await.is_err() {
         assert!(
             t.elapsed() < Duration::from_secs(60),
             "dockerd did not come back"

@@ -310,7 +310,7 @@ fn a_tls_engine_is_reached_by_endpoint_and_by_context_and_a_wrong_ca_is_refused(
     for n in ["t", "c", "cc"] {
         ok(berth_env(&home, &["rm", n], &config_env), "rm");
     }
-    assert!(!docker2(&e, &["inspect", &id]).status.success());
+    berth_tests::assert_gone(&docker2(&e, &["inspect", &id]), "the container");
 }
 
 #[test]
@@ -323,9 +323,7 @@ fn images_are_pulled_from_the_registry_and_pull_never_refuses() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let _ = docker2(&e, &["rmi", "-f", &e.image]);
-    assert!(!docker2(&e, &["image", "inspect", &e.image])
-        .status
-        .success());
+    berth_tests::assert_gone(&docker2(&e, &["image", "inspect", &e.image]), "the image");
     let create = |name: &str, extra: &[&str]| {
         let mut args = vec![
             "create",
@@ -348,9 +346,7 @@ fn images_are_pulled_from_the_registry_and_pull_never_refuses() {
         )) && err.contains("`never`"),
         "{err}"
     );
-    assert!(!docker2(&e, &["image", "inspect", &e.image])
-        .status
-        .success());
+    berth_tests::assert_gone(&docker2(&e, &["image", "inspect", &e.image]), "the image");
     ok(berth_env(&home, &["rm", "never"], &[]), "rm");
 
     let (_, err) = ok(create("pulled", &[]), "create with a pull");
@@ -551,15 +547,12 @@ fn a_sandbox_moves_to_another_engine_when_its_engine_is_gone() {
     );
     let state = berth_state(&home, "mv");
     assert!(state.orphans.is_empty(), "{state:?}");
-    assert!(
-        !docker2(&e, &["inspect", &on_a]).status.success(),
-        "the orphan is gone"
-    );
+    berth_tests::assert_gone(&docker2(&e, &["inspect", &on_a]), "the orphan");
     let b_gone = Command::new("docker")
         .args(["inspect", &on_b])
         .output()
         .unwrap();
-    assert!(!b_gone.status.success(), "B's container is gone");
+    berth_tests::assert_gone(&b_gone, "B's container");
     assert_eq!(berth_ok(&home, &["exec", "mv", "--", MANIFEST]), want);
     berth_ok(&home, &["rm", "mv"]);
 }
@@ -612,6 +605,6 @@ fn rm_removes_the_orphan_once_its_engine_is_back() {
     assert!(docker2(&e, &["inspect", &on_a]).status.success());
     let out = berth_ok(&home, &["rm", "o"]);
     assert!(out.contains("removed orphan"), "{out}");
-    assert!(!docker2(&e, &["inspect", &on_a]).status.success());
+    berth_tests::assert_gone(&docker2(&e, &["inspect", &on_a]), "the orphan");
     assert!(!home.join("sandboxes/o.json").exists());
 }

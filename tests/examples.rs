@@ -44,4 +44,11 @@ fn the_demo_tells_the_whole_story() {
         "{stdout}"
     );
     assert!(stdout.contains("Demo complete."), "{stdout}");
+    // Its Docker half runs wherever an engine must answer.
+    if berth_tests::docker_required() {
+        assert!(
+            !stdout.contains("[docker] skipped"),
+            "the demo skipped its Docker half in CI: {stdout}"
+        );
+    }
 }

@@ -257,35 +257,44 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
     sb.stop().await.unwrap();
     let state = sb.state();
     let root = berth_tests::local_root(&state);
-    // Replace the stored archive with a different, perfectly valid one.
-    let evil_src = dir.path().join("evil");
-    std::fs::create_dir(&evil_src).unwrap();
-    std::fs::write(evil_src.join("planted.txt"), "planted").unwrap();
     let archive = snapshots.join(format!("{}.tar", state.snapshot.id));
-    assert!(std::process::Command::new("tar")
-        .arg("-cf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(&evil_src)
-        .arg(".")
-        .status()
-        .unwrap()
-        .success());
+    let stored = std::fs::read(&archive).unwrap();
+    assert_eq!(Some(stored.len() as u64), state.snapshot.size);
+    // The same size, still a valid tar, other content: only the digest
+    // can tell.
+    let at = stored
+        .windows(8)
+        .position(|w| w == b"original")
+        .expect("the file's bytes in the archive");
+    let mut changed = stored.clone();
+    changed[at..at + 8].copy_from_slice(b"ORIGINAL");
+    std::fs::write(&archive, &changed).unwrap();
     std::fs::remove_dir_all(&root).unwrap();
     let mut sb = resume_from_json(&client, &state).await;
     match sb.start().await {
         Err(SandboxError::DigestMismatch {
             expected, actual, ..
         }) => assert_ne!(expected, actual),
-        // The planted archive is larger than the recorded one: reading
-        // stops at the recorded size, before the digest can even differ.
-        Err(SandboxError::SnapshotOverrun { .. }) => {}
-        other => panic!("expected a digest mismatch or an overrun, got {other:?}"),
+        other => panic!("expected a digest mismatch, got {other:?}"),
     }
     assert!(
-        !root.join("planted.txt").exists(),
+        !root.join("a.txt").exists(),
         "a mismatched archive was extracted"
     );
+    assert!(!sb.state().workspace_root_ready);
+
+    // Longer than recorded: reading stops at the recorded size.
+    let mut longer = stored.clone();
+    longer.extend_from_slice(&[0u8; 1024]);
+    std::fs::write(&archive, &longer).unwrap();
+    let mut sb = resume_from_json(&client, &state).await;
+    match sb.start().await {
+        Err(SandboxError::SnapshotOverrun { limit, .. }) => {
+            assert_eq!(Some(limit), state.snapshot.size)
+        }
+        other => panic!("expected an overrun, got {other:?}"),
+    }
+    assert!(!root.join("a.txt").exists());
     assert!(!sb.state().workspace_root_ready);
 }
 

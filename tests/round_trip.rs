@@ -142,9 +142,16 @@ fn workspace_for(disaster: Disaster) -> WorkspaceSpec {
 }
 
 /// An empty tar (two zero blocks) for the hydrate entry point.
-fn empty_tar(dir: &Path) -> PathBuf {
-    let p = dir.join("empty.tar");
-    std::fs::write(&p, vec![0u8; 1024]).unwrap();
+fn one_file_tar(dir: &Path) -> PathBuf {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(9);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "hydrated.txt", &b"hydrated\n"[..])
+        .unwrap();
+    let p = dir.join("one.tar");
+    std::fs::write(&p, b.into_inner().unwrap()).unwrap();
     p
 }
 
@@ -230,13 +237,35 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
         Entry::CliPersist => {
             let out = dir.path().join("out.tar");
             berth_ok(&home, &["persist", "rt", "--out", out.to_str().unwrap()]);
-            assert!(std::fs::metadata(&out).unwrap().len() > 1024, "{label}");
+            // The persisted archive is the workspace: GNU tar extracts
+            // exactly what the manifest lists.
+            let extracted = dir.path().join("persisted");
+            std::fs::create_dir(&extracted).unwrap();
+            let untar = Command::new("tar")
+                .arg("-xpf")
+                .arg(&out)
+                .arg("-C")
+                .arg(&extracted)
+                .output()
+                .unwrap();
+            assert!(untar.status.success(), "{label}: {untar:?}");
+            assert_eq!(
+                before,
+                Raw::Dir(extracted).manifest(),
+                "{label}: the persisted archive is not the workspace"
+            );
             berth_state(&home, "rt")
         }
         Entry::CliHydrate => {
-            let tar = empty_tar(dir.path());
+            let tar = one_file_tar(dir.path());
             berth_ok(&home, &["hydrate", "rt", tar.to_str().unwrap()]);
-            berth_state(&home, "rt")
+            let state = berth_state(&home, "rt");
+            // It landed, merged into the workspace; taken out again so the
+            // rest of the workspace can be compared.
+            let raw = Raw::of(&state);
+            assert_eq!(raw.run("cat hydrated.txt"), "hydrated\n", "{label}");
+            raw.run("rm hydrated.txt");
+            state
         }
     };
     let after = Raw::of(&after_state).manifest();

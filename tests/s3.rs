@@ -87,12 +87,41 @@ async fn a_node_killed_mid_upload_keeps_the_previous_snapshot() {
         .await
         .unwrap();
 
+    let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let uploader = {
         let c = c.clone();
-        tokio::spawn(async move { c.upload("snap", &mut PatternReader::new(2, 96 << 20)).await })
+        let read = read.clone();
+        tokio::spawn(async move {
+            let mut counted = Counting {
+                inner: PatternReader::new(2, 96 << 20),
+                read,
+            };
+            c.upload("snap", &mut counted).await
+        })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Kill the node once the upload is well under way (8 MiB read by the
+    // store), and while it still runs: the fault lands mid-upload.
+    let t = std::time::Instant::now();
+    while read.load(std::sync::atomic::Ordering::Relaxed) < 8 << 20 {
+        assert!(
+            !uploader.is_finished(),
+            "the upload ended before 8 MiB were read"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the upload did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !uploader.is_finished(),
+        "the upload finished before the node could be killed"
+    );
     kill_node(victim);
+    println!(
+        "killed node {victim} with {} MiB of 96 read",
+        read.load(std::sync::atomic::Ordering::Relaxed) >> 20
+    );
     let outcome = uploader.await.unwrap();
     let expected = match &outcome {
         Ok(()) => (2u64, 96u64 << 20),
@@ -167,11 +196,32 @@ fn restart_node(s3: &berth_tests::S3Env, n: usize) {
         let _ = std::fs::write(&env_path, text);
     }
     let port = 3900 + 10 * n as u16;
-    for _ in 0..100 {
+    for _ in 0..300 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("garage node {n} did not come back on port {port} within 30 s; later S3 tests would run on a degraded cluster");
+}
+
+/// An archive stream that counts what the store has read of it.
+struct Counting<R> {
+    inner: R,
+    read: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counting<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = (buf.filled().len() - before) as u64;
+        self.read.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        polled
     }
 }
 

@@ -187,19 +187,7 @@ async fn a_deduplicated_snapshot_recorded_as_remote_resumes_deduplicated() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let store = dir.path().join("store");
-    std::fs::create_dir_all(&store).unwrap();
-    let manifest = dir.path().join("fs-store.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "name = \"fs-store\"\ncomponent = {:?}\nworld = \"remote-client-plugin\"\n\
-             [config]\nroot = \"/data\"\n[grants]\nmax_memory = \"64MiB\"\ndeadline_secs = 120\n\
-             [[grants.dirs]]\nhost = {:?}\nguest = \"/data\"\nmode = \"rw\"\n",
-            berth_tests::guest("fs_store"),
-            store
-        ),
-    )
-    .unwrap();
+    let manifest = berth_tests::fs_store_manifest(dir.path(), &store);
     let client = SandboxClient::builder(&home).save_state(false).build();
     let spec = berth::sandbox::SnapshotSpec::Remote { plugin: manifest }.deduplicated(2);
     let mut sb = client

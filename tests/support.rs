@@ -138,13 +138,18 @@ pub fn docker_required() -> bool {
 pub async fn docker_or_skip(test: &str) -> Option<bollard::Docker> {
     let probe = berth::backend::docker::DockerOptions::new(test_image());
     let state = probe.into_state_for_probe();
-    match berth::backend::docker::connect(&state).await {
-        Ok(d) => Some(d),
+    match berth::backend::docker::check_engine(&state).await {
+        Ok(()) => {
+            Some(bollard::Docker::connect_with_defaults().expect("the engine answered Berth"))
+        }
         Err(e) if docker_required() => {
             panic!("{test}: Docker is required (CI/BERTH_REQUIRE_DOCKER) but: {e}")
         }
         Err(e) => {
-            eprintln!("SKIPPED {test}: no Docker engine ({e}); run `cargo xtask setup` as root");
+            skipped(
+                test,
+                &format!("no Docker engine ({e}); run `cargo xtask setup` as root"),
+            );
             None
         }
     }
@@ -210,8 +215,9 @@ pub fn s3_or_skip(test: &str) -> Option<S3Env> {
             "{test}: the S3 store (Garage) is required but not reachable; run `cargo xtask setup`"
         ),
         _ => {
-            eprintln!(
-                "SKIPPED {test}: no S3 store; run `cargo xtask setup` (installs and starts Garage)"
+            skipped(
+                test,
+                "no S3 store; run `cargo xtask setup` (installs and starts Garage)",
             );
             None
         }
@@ -359,8 +365,57 @@ pub fn engine2_or_skip(test: &str) -> Option<Engine2> {
             "{test}: a second Docker engine and a registry are required (CI/BERTH_REQUIRE_DOCKER) but /tmp/berth-engine2/engine.env is missing: run `cargo xtask setup` as root"
         ),
         None => {
-            eprintln!("SKIPPED {test}: no second Docker engine; run `cargo xtask setup` as root");
+            skipped(test, "no second Docker engine; run `cargo xtask setup` as root");
             None
         }
     }
+}
+
+/// Reports that `test` was skipped and why: on stderr (hidden by libtest
+/// when the test passes) and as a line in `$BERTH_SKIP_LOG`, which
+/// `cargo xtask test` truncates before the run and prints after it, so a
+/// plain run's skips are never silent.
+pub fn skipped(test: &str, why: &str) {
+    eprintln!("SKIPPED {test}: {why}");
+    if let Some(log) = std::env::var_os("BERTH_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{test}: {why}");
+        }
+    }
+}
+
+/// Asserts that `docker inspect` (`out`) answered "no such object": the
+/// engine was reached and the thing is gone. A down engine fails too, but
+/// with another message, so it cannot pass for "gone".
+pub fn assert_gone(out: &std::process::Output, what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("No such"),
+        "{what} should be gone, with the engine answering; docker said: {stderr} ({})",
+        out.status
+    );
+}
+
+/// Writes an fs-store manifest into `dir` granting `store` (created) as
+/// its data directory, read-write; returns the manifest's path.
+pub fn fs_store_manifest(dir: &Path, store: &Path) -> PathBuf {
+    std::fs::create_dir_all(store).unwrap();
+    let manifest = dir.join("fs-store.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "name = \"fs-store\"\ncomponent = {:?}\nworld = \"remote-client-plugin\"\n\
+             [config]\nroot = \"/data\"\n[grants]\nmax_memory = \"64MiB\"\ndeadline_secs = 120\n\
+             [[grants.dirs]]\nhost = {:?}\nguest = \"/data\"\nmode = \"rw\"\n",
+            guest("fs_store"),
+            store
+        ),
+    )
+    .unwrap();
+    manifest
 }

@@ -24,13 +24,13 @@ pub(crate) const COPY_CHUNK: usize = 256 * 1024;
 
 /// A directory holding one `<id>.tar` file per snapshot.
 #[derive(Debug, Clone)]
-pub struct ArchiveDir {
+pub(crate) struct ArchiveDir {
     dir: PathBuf,
 }
 
 impl ArchiveDir {
     /// Opens (creating with mode 0700 when missing) the directory `dir`.
-    pub fn create(dir: impl Into<PathBuf>) -> Result<Self, StorageError> {
+    pub(crate) fn create(dir: impl Into<PathBuf>) -> Result<Self, StorageError> {
         let dir = dir.into();
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -52,18 +52,18 @@ impl ArchiveDir {
     }
 
     /// The directory.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.dir
     }
 
     /// Where the archive of `id` lives.
-    pub fn archive_path(&self, id: &SnapshotId) -> PathBuf {
+    pub(crate) fn archive_path(&self, id: &SnapshotId) -> PathBuf {
         self.dir.join(format!("{id}.tar"))
     }
 
     /// Streams `source` to its end into a new archive for `id`, replacing any
     /// previous one only once everything is on disk.
-    pub async fn write(
+    pub(crate) async fn write(
         &self,
         id: &SnapshotId,
         source: &mut (dyn AsyncRead + Unpin + Send),
@@ -158,7 +158,7 @@ impl ArchiveDir {
     }
 
     /// Streams the archive of `id` into `sink` and flushes it.
-    pub async fn read_into(
+    pub(crate) async fn read_into(
         &self,
         id: &SnapshotId,
         sink: &mut (dyn AsyncWrite + Unpin + Send),
@@ -193,7 +193,7 @@ impl ArchiveDir {
     }
 
     /// Whether an archive exists for `id`.
-    pub async fn contains(&self, id: &SnapshotId) -> Result<bool, StoreError> {
+    pub(crate) async fn contains(&self, id: &SnapshotId) -> Result<bool, StoreError> {
         let path = self.archive_path(id);
         match tokio::fs::metadata(&path).await {
             Ok(m) => Ok(m.is_file()),
@@ -203,7 +203,7 @@ impl ArchiveDir {
     }
 
     /// Removes the archive of `id`.
-    pub async fn remove(&self, id: &SnapshotId) -> Result<(), StoreError> {
+    pub(crate) async fn remove(&self, id: &SnapshotId) -> Result<(), StoreError> {
         let path = self.archive_path(id);
         match tokio::fs::remove_file(&path).await {
             Ok(()) => Ok(()),

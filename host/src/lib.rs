@@ -48,6 +48,7 @@
 //! - [`conformance`]: the plugin contract's clauses as executable checks.
 //! - [`snapshot_id`] and [`store_error`]: the id grammar and store errors.
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod archive_dir;
 pub mod backend;

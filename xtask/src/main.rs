@@ -158,8 +158,24 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     run(Command::new("cargo")
         .current_dir(root)
         .args(["build", "--workspace", "--all-targets"]))?;
-    run(Command::new("cargo")
+    // Tests that skip (no engine, no store) say so in this file; libtest
+    // hides their stderr, so the summary below is where a skip shows.
+    let skips = root.join("target").join("berth-skips.log");
+    let _ = std::fs::remove_file(&skips);
+    let tested = run(Command::new("cargo")
         .current_dir(root)
+        .env("BERTH_SKIP_LOG", &skips)
         .args(["test", "--workspace"])
-        .args(extra))
+        .args(extra));
+    let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
+    if skipped.trim().is_empty() {
+        eprintln!("xtask: no test skipped");
+    } else {
+        eprintln!(
+            "xtask: {} test(s) SKIPPED:\n{}",
+            skipped.lines().count(),
+            skipped.trim_end()
+        );
+    }
+    tested
 }

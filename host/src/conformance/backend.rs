@@ -149,6 +149,12 @@ const LISTING: &str = "find . ! -name . | sort | while read -r p; do \
     elif [ -d \"$p\" ]; then echo \"$p dir $(stat -c %a \"$p\")\"; \
     else echo \"$p file $(stat -c '%a %s' \"$p\") $(cksum < \"$p\")\"; fi; done";
 
+/// The branches that restore the snapshot.
+const RESTORED: &[StartBranch] = &[
+    StartBranch::Restore,
+    StartBranch::Rebuild { restored: true },
+];
+
 /// Writes a workspace with the shapes archives get wrong.
 const POPULATE: &str =
     "mkdir -p src/deep/er empty && printf 'x%.0s' $(seq 1 3000) > src/deep/er/big.txt && \
@@ -205,6 +211,23 @@ impl Suite<'_> {
         }
     }
 
+    /// Creates and starts a fresh sandbox, runs `body` on it, and shuts
+    /// down whichever sandbox `body` left in its place, whatever happened
+    /// (no clause leaks an instance).
+    async fn on_fresh(
+        &self,
+        body: impl AsyncFnOnce(&mut Sandbox) -> Result<String, String>,
+    ) -> Result<String, String> {
+        let client = self.client();
+        let mut sb = self.create(&client).await?;
+        let outcome = match Self::start(&mut sb, &[StartBranch::Fresh]).await {
+            Ok(_) => body(&mut sb).await,
+            Err(e) => Err(e),
+        };
+        Self::discard(&mut sb).await;
+        outcome
+    }
+
     /// Shuts `sandbox` down, whatever happened before (cleanup).
     async fn discard(sandbox: &mut Sandbox) {
         if let Err(e) = sandbox.shutdown().await {
@@ -213,46 +236,31 @@ impl Suite<'_> {
     }
 
     async fn start_exec_stop_resume(&self) -> Result<String, String> {
-        let client = self.client();
-        let mut sb = self.create(&client).await?;
-        let outcome = async {
-            Self::start(&mut sb, &[StartBranch::Fresh]).await?;
-            expect_out(&sb, "cat task.md cache/token", "the task\nephemeral\n").await?;
-            run(&sb, "echo kept > kept.txt").await?;
+        self.on_fresh(async |sb: &mut Sandbox| {
+            expect_out(sb, "cat task.md cache/token", "the task\nephemeral\n").await?;
+            run(sb, "echo kept > kept.txt").await?;
             sb.stop().await.map_err(|e| chain("stop", &e))?;
             let mut again = self.resume(&sb.state()).await?;
             let branch = Self::start(&mut again, &[StartBranch::Reuse]).await;
             let kept = expect_out(&again, "cat kept.txt", "kept\n").await;
-            sb = again;
+            *sb = again;
             branch?;
             kept?;
             Ok("fresh, stopped, resumed from JSON: reused".to_string())
-        }
-        .await;
-        Self::discard(&mut sb).await;
-        outcome
+        })
+        .await
     }
 
     async fn restore_is_identical(&self) -> Result<String, String> {
-        let client = self.client();
-        let mut sb = self.create(&client).await?;
-        let outcome = async {
-            Self::start(&mut sb, &[StartBranch::Fresh]).await?;
-            run(&sb, POPULATE).await?;
-            let before = run(&sb, LISTING).await?;
+        self.on_fresh(async |sb: &mut Sandbox| {
+            run(sb, POPULATE).await?;
+            let before = run(sb, LISTING).await?;
             sb.stop().await.map_err(|e| chain("stop", &e))?;
             sb.shutdown().await.map_err(|e| chain("shutdown", &e))?;
             let mut again = self.resume(&sb.state()).await?;
-            let branch = Self::start(
-                &mut again,
-                &[
-                    StartBranch::Restore,
-                    StartBranch::Rebuild { restored: true },
-                ],
-            )
-            .await;
+            let branch = Self::start(&mut again, RESTORED).await;
             let after = run(&again, LISTING).await;
-            sb = again;
+            *sb = again;
             branch?;
             let after = after?;
             if after != before {
@@ -261,19 +269,14 @@ impl Suite<'_> {
                 ));
             }
             Ok(format!("{} paths identical", before.lines().count()))
-        }
-        .await;
-        Self::discard(&mut sb).await;
-        outcome
+        })
+        .await
     }
 
     async fn exit_codes_and_streams(&self) -> Result<String, String> {
-        let client = self.client();
-        let mut sb = self.create(&client).await?;
-        let outcome = async {
-            Self::start(&mut sb, &[StartBranch::Fresh]).await?;
+        self.on_fresh(async |sb: &mut Sandbox| {
             for code in [0, 1, 3, 127] {
-                let r = exec(&sb, &format!("echo out; echo err >&2; exit {code}")).await?;
+                let r = exec(sb, &format!("echo out; echo err >&2; exit {code}")).await?;
                 if r.exit_code != code || r.stdout != "out\n" || r.stderr != "err\n" {
                     return Err(format!(
                         "exit {code}: got code {}, stdout {:?}, stderr {:?}",
@@ -291,17 +294,12 @@ impl Suite<'_> {
                 return Err(format!("environment: got {:?}", r.stdout));
             }
             Ok("exit codes 0, 1, 3, 127; streams apart; environment applied".into())
-        }
-        .await;
-        Self::discard(&mut sb).await;
-        outcome
+        })
+        .await
     }
 
     async fn output_caps(&self) -> Result<String, String> {
-        let client = self.client();
-        let mut sb = self.create(&client).await?;
-        let outcome = async {
-            Self::start(&mut sb, &[StartBranch::Fresh]).await?;
+        self.on_fresh(async |sb: &mut Sandbox| {
             let mut request = ExecRequest::new(
                 "yes o | head -c 100000; yes e | head -c 50000 >&2",
                 Duration::from_secs(30),
@@ -327,17 +325,12 @@ impl Suite<'_> {
                 ));
             }
             Ok("1000 + 500 B kept, 99000 + 49500 B counted as dropped".into())
-        }
-        .await;
-        Self::discard(&mut sb).await;
-        outcome
+        })
+        .await
     }
 
     async fn timeout_kills_the_tree(&self) -> Result<String, String> {
-        let client = self.client();
-        let mut sb = self.create(&client).await?;
-        let outcome = async {
-            Self::start(&mut sb, &[StartBranch::Fresh]).await?;
+        self.on_fresh(async |sb: &mut Sandbox| {
             let started = Instant::now();
             let r = sb
                 .exec(ExecRequest::new(
@@ -355,7 +348,7 @@ impl Suite<'_> {
                 ));
             }
             tokio::time::sleep(Duration::from_secs(4)).await;
-            let left = run(&sb, "ls survived 2>/dev/null || true").await?;
+            let left = run(sb, "ls survived 2>/dev/null || true").await?;
             if !left.is_empty() {
                 return Err(
                     "a process the command started outlived its timeout (it wrote `survived`)"
@@ -366,18 +359,13 @@ impl Suite<'_> {
                 "returned after {:.1} s; nothing it started survived",
                 took.as_secs_f64()
             ))
-        }
-        .await;
-        Self::discard(&mut sb).await;
-        outcome
+        })
+        .await
     }
 
     async fn concurrent_commands(&self) -> Result<String, String> {
-        let client = self.client();
-        let mut sb = self.create(&client).await?;
-        let outcome = async {
-            Self::start(&mut sb, &[StartBranch::Fresh]).await?;
-            let sb = &sb;
+        self.on_fresh(async |sb: &mut Sandbox| {
+            let sb = &*sb;
             let runs = (0..8).map(|i| async move {
                 let r = exec(sb, &format!("sleep 0.2; echo {i}; exit {i}")).await?;
                 if r.stdout != format!("{i}\n") || r.exit_code != i {
@@ -392,18 +380,13 @@ impl Suite<'_> {
                 r?;
             }
             Ok("8 at once, each its own output and exit code".to_string())
-        }
-        .await;
-        Self::discard(&mut sb).await;
-        outcome
+        })
+        .await
     }
 
     async fn lineage_refusal(&self) -> Result<String, String> {
-        let client = self.client();
-        let mut sb = self.create(&client).await?;
-        let outcome = async {
-            Self::start(&mut sb, &[StartBranch::Fresh]).await?;
-            run(&sb, "echo first > f.txt").await?;
+        self.on_fresh(async |sb: &mut Sandbox| {
+            run(sb, "echo first > f.txt").await?;
             sb.stop().await.map_err(|e| chain("stop", &e))?;
             let persisted = sb.state();
             // The state now claims another instance set the workspace up,
@@ -425,47 +408,28 @@ impl Suite<'_> {
             }
             sb.shutdown().await.map_err(|e| chain("shutdown", &e))?;
             let mut again = self.resume(&persisted).await?;
-            let branch = Self::start(
-                &mut again,
-                &[
-                    StartBranch::Restore,
-                    StartBranch::Rebuild { restored: true },
-                ],
-            )
-            .await;
+            let branch = Self::start(&mut again, RESTORED).await;
             let kept = expect_out(&again, "cat f.txt", "first\n").await;
-            sb = again;
+            *sb = again;
             branch?;
             kept?;
             Ok("refused with LineageMismatch; the snapshot still restores".into())
-        }
-        .await;
-        Self::discard(&mut sb).await;
-        outcome
+        })
+        .await
     }
 
     async fn round_trip_after(&self, disaster: Disaster) -> Result<String, String> {
-        let client = self.client();
-        let mut sb = self.create(&client).await?;
-        let outcome = async {
-            Self::start(&mut sb, &[StartBranch::Fresh]).await?;
-            run(&sb, POPULATE).await?;
-            let before = run(&sb, LISTING).await?;
+        self.on_fresh(async |sb: &mut Sandbox| {
+            run(sb, POPULATE).await?;
+            let before = run(sb, LISTING).await?;
             sb.stop().await.map_err(|e| chain("stop", &e))?;
             let state = sb.state();
             self.backend.inflict(disaster, &state).await?;
             let mut again = self.resume(&state).await?;
-            let branch = Self::start(
-                &mut again,
-                &[
-                    StartBranch::Restore,
-                    StartBranch::Rebuild { restored: true },
-                ],
-            )
-            .await;
+            let branch = Self::start(&mut again, RESTORED).await;
             let after = run(&again, LISTING).await;
             let task = expect_out(&again, "cat task.md cache/token", "the task\nephemeral\n").await;
-            sb = again;
+            *sb = again;
             let branch = branch?;
             let after = after?;
             task?;
@@ -478,10 +442,8 @@ impl Suite<'_> {
                 "{branch:?}; {} paths identical",
                 before.lines().count()
             ))
-        }
-        .await;
-        Self::discard(&mut sb).await;
-        outcome
+        })
+        .await
     }
 }
 

@@ -68,7 +68,7 @@ impl SealHasher {
 
 /// Digest and size of what passed through.
 #[derive(Debug, Default, Clone)]
-pub struct Seal {
+pub(crate) struct Seal {
     /// `blake3:<hex>` (or `sha256:<hex>` when verifying an older seal).
     pub digest: String,
     /// Bytes.
@@ -109,7 +109,7 @@ impl Tally {
 }
 
 /// An `AsyncRead` that hashes what it yields.
-pub struct HashingReader<R> {
+pub(crate) struct HashingReader<R> {
     inner: R,
     tally: Tally,
     out: Arc<Mutex<Option<Seal>>>,
@@ -117,7 +117,7 @@ pub struct HashingReader<R> {
 
 impl<R> HashingReader<R> {
     /// Wraps `inner`; the seal appears in `out` at the end of the stream.
-    pub fn new(inner: R) -> (Self, Arc<Mutex<Option<Seal>>>) {
+    pub(crate) fn new(inner: R) -> (Self, Arc<Mutex<Option<Seal>>>) {
         let out = Arc::new(Mutex::new(None));
         (
             HashingReader {
@@ -131,14 +131,14 @@ impl<R> HashingReader<R> {
 
     /// Counts (and reports progress) without hashing: for snapshots that
     /// digest the archive themselves. The seal's digest is empty.
-    pub fn counting(inner: R) -> (Self, Arc<Mutex<Option<Seal>>>) {
+    pub(crate) fn counting(inner: R) -> (Self, Arc<Mutex<Option<Seal>>>) {
         let (mut reader, out) = Self::new(inner);
         reader.tally.hasher = SealHasher::Off;
         (reader, out)
     }
 
     /// Reports the byte count to `progress` as the stream moves.
-    pub fn with_progress(
+    pub(crate) fn with_progress(
         mut self,
         progress: Option<super::Progress>,
         operation: &'static str,
@@ -174,7 +174,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for HashingReader<R> {
 }
 
 /// An `AsyncWrite` into a spool file that hashes what it receives.
-pub struct HashingWriter<W> {
+pub(crate) struct HashingWriter<W> {
     inner: W,
     tally: Tally,
 }
@@ -182,7 +182,7 @@ pub struct HashingWriter<W> {
 impl<W> HashingWriter<W> {
     /// Wraps `inner`, hashing with the algorithm of the seal the bytes
     /// will be checked against (`expected`, e.g. `blake3:…`).
-    pub fn new(inner: W, expected: Option<&str>) -> Self {
+    pub(crate) fn new(inner: W, expected: Option<&str>) -> Self {
         HashingWriter {
             inner,
             tally: Tally::new(SealHasher::matching(expected)),
@@ -191,14 +191,14 @@ impl<W> HashingWriter<W> {
 
     /// Counts (and reports progress) without hashing: for snapshots that
     /// verify what they restore themselves. The seal's digest is empty.
-    pub fn counting(inner: W) -> Self {
+    pub(crate) fn counting(inner: W) -> Self {
         let mut writer = Self::new(inner, None);
         writer.tally.hasher = SealHasher::Off;
         writer
     }
 
     /// Reports the byte count to `progress` as the stream moves.
-    pub fn with_progress(
+    pub(crate) fn with_progress(
         mut self,
         progress: Option<super::Progress>,
         operation: &'static str,
@@ -208,7 +208,7 @@ impl<W> HashingWriter<W> {
     }
 
     /// The seal of everything written.
-    pub fn seal(&self) -> Seal {
+    pub(crate) fn seal(&self) -> Seal {
         self.tally.seal()
     }
 }
@@ -272,7 +272,7 @@ fn open_stored<R: Read + Send + 'static>(mut source: R) -> io::Result<Box<dyn Re
 /// arrives and streams a clean copy under the directory `prefix` (a
 /// staging directory the backend moves into place only once everything
 /// checked out). The filter's verdict comes back through the handle.
-pub fn stream_filtered<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
+pub(crate) fn stream_filtered<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
     source: R,
     limits: ArchiveLimits,
     prefix: PathBuf,
@@ -309,7 +309,7 @@ fn filter_to_pipe(
 }
 
 /// Pass one: validates the whole spooled archive; writes nothing.
-pub async fn validate_spooled(
+pub(crate) async fn validate_spooled(
     path: &Path,
     limits: ArchiveLimits,
 ) -> Result<ArchiveStats, ArchiveError> {
@@ -324,7 +324,7 @@ pub async fn validate_spooled(
 
 /// Pass two: streams a clean copy of the spooled archive. The filter's own
 /// verdict comes back through the returned handle.
-pub fn stream_spooled(
+pub(crate) fn stream_spooled(
     path: &Path,
     limits: ArchiveLimits,
 ) -> (

@@ -143,7 +143,7 @@ impl SnapshotSpec {
 /// `previous` (from resumed state) carries the digest to verify, the
 /// component digest to compare and a deduplicated snapshot's generations;
 /// `cache` is where deduplicated snapshots keep packs.
-pub async fn bind(
+pub(super) async fn bind(
     spec: &SnapshotSpec,
     id: SnapshotId,
     host: &PluginHost,

@@ -56,7 +56,7 @@ pub struct SnapshotState {
     pub fields: serde_json::Map<String, serde_json::Value>,
 }
 
-pub use crate::backend::BackendState;
+use crate::backend::BackendState;
 
 /// Where the running workspace came from. A stop may only replace the
 /// snapshot with a workspace that descends from it (see

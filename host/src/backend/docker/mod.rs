@@ -17,7 +17,9 @@
 
 mod agent;
 mod config;
+mod container_spec;
 mod engine;
+mod exec;
 mod moving;
 mod options;
 mod pull;
@@ -26,15 +28,10 @@ pub mod run_args;
 pub use options::{DockerMount, DockerOptions, DockerProvider, DockerState, EngineChoice};
 pub use pull::{PullPolicy, PullProgress, PullProgressFn, PullStatus};
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{
-    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountTypeEnum, PortBinding,
-};
+use bollard::models::ContainerStateStatusEnum;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
     RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
@@ -42,10 +39,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures::StreamExt;
 
-use super::exec::{CappedBuffer, TIMEOUT_EXIT_CODE};
-use super::{
-    ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, OutputStream, Provisioned,
-};
+use super::{ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, Provisioned};
 use crate::byte_pipe;
 use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
@@ -86,9 +80,25 @@ enum AgentSlot {
 /// Connects to the engine `state` names and negotiates the API version;
 /// fails fast, naming the engine and what to fix, when it does not answer
 /// (a wrong CA, a missing certificate, nothing listening).
-pub async fn connect(state: &DockerState) -> Result<Docker, BackendError> {
+pub(crate) async fn connect(state: &DockerState) -> Result<Docker, BackendError> {
     let engine = engine::resolve(state.engine.as_deref(), state.engine_cert_path.as_deref())?;
     engine::connect(&engine).await
+}
+
+/// Whether the engine `state` names answers; `Err` names the engine and
+/// what to fix.
+pub async fn check_engine(state: &DockerState) -> Result<(), BackendError> {
+    connect(state).await.map(drop)
+}
+
+/// Whether the engine `state` names holds its image already (so a start
+/// needs no pull).
+pub async fn image_present(state: &DockerState) -> Result<bool, BackendError> {
+    match connect(state).await?.inspect_image(&state.image).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(api("inspecting the image", e)),
+    }
 }
 
 /// How an engine reference (an endpoint or a context name) reads in
@@ -295,102 +305,6 @@ impl DockerBackend {
             .unwrap_or_else(|| self.state.container_name.clone())
     }
 
-    fn create_body(&self) -> Result<ContainerCreateBody, BackendError> {
-        let extra = run_args::parse(&self.state.additional_run_args)?;
-        // Legacy `host:container[:ro]` strings name the host path first.
-        let legacy = self
-            .state
-            .binds
-            .iter()
-            .map(|b| PathBuf::from(b.split(':').next().unwrap_or("")));
-        let typed = self.state.mounts.iter().map(|m| m.source.clone());
-        for host in legacy.chain(typed) {
-            let canonical = std::fs::canonicalize(&host).unwrap_or_else(|_| host.clone());
-            if canonical.ends_with("docker.sock") {
-                return Err(BackendError::Config {
-                    backend: BACKEND,
-                    message: format!("refusing to bind-mount the Docker socket ({}): it would hand the sandbox the host", host.display()),
-                });
-            }
-        }
-        let mut labels: HashMap<String, String> = extra.labels.clone().into_iter().collect();
-        labels.insert("berth.session".into(), self.session_id.clone());
-        labels.insert("berth.owned".into(), self.state.container_owned.to_string());
-        let mut env = self.state.environment.clone();
-        env.extend(extra.env.clone());
-        let mut security_opt = extra.security_opt.clone();
-        if !security_opt
-            .iter()
-            .any(|o| o.starts_with("no-new-privileges"))
-        {
-            security_opt.push("no-new-privileges".into());
-        }
-        let security_opt: Vec<String> = security_opt
-            .into_iter()
-            .filter(|o| o != "no-new-privileges=false")
-            .collect();
-        let mut exposed = HashMap::new();
-        let mut bindings = HashMap::new();
-        for p in &self.state.exposed_ports {
-            let key = if p.contains('/') {
-                p.clone()
-            } else {
-                format!("{p}/tcp")
-            };
-            exposed.insert(key.clone(), HashMap::new());
-            bindings.insert(
-                key,
-                Some(vec![PortBinding {
-                    host_ip: Some("127.0.0.1".into()),
-                    host_port: Some(String::new()),
-                }]),
-            );
-        }
-        let host_config = HostConfig {
-            init: Some(true),
-            memory: self.state.memory_size_bytes,
-            memory_swap: self.state.memory_size_bytes,
-            nano_cpus: self.state.cpu_count.map(|c| (c * 1e9) as i64),
-            pids_limit: Some(extra.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
-            network_mode: Some(self.state.network.clone()),
-            cap_drop: Some(extra.cap_drop.clone().unwrap_or_else(|| vec!["ALL".into()])),
-            cap_add: (!extra.cap_add.is_empty()).then(|| extra.cap_add.clone()),
-            security_opt: Some(security_opt),
-            port_bindings: (!bindings.is_empty()).then_some(bindings),
-            binds: (!self.state.binds.is_empty()).then(|| self.state.binds.clone()),
-            mounts: (!self.state.mounts.is_empty()).then(|| {
-                self.state
-                    .mounts
-                    .iter()
-                    .map(|m| Mount {
-                        target: Some(m.target.clone()),
-                        source: Some(m.source.display().to_string()),
-                        typ: Some(MountTypeEnum::BIND),
-                        read_only: Some(m.read_only),
-                        ..Default::default()
-                    })
-                    .collect()
-            }),
-            readonly_rootfs: extra.read_only.then_some(true),
-            tmpfs: (!extra.tmpfs.is_empty()).then(|| extra.tmpfs.clone()),
-            ulimits: (!extra.ulimits.is_empty()).then(|| extra.ulimits.clone()),
-            shm_size: extra.shm_size,
-            extra_hosts: (!extra.extra_hosts.is_empty()).then(|| extra.extra_hosts.clone()),
-            ..Default::default()
-        };
-        Ok(ContainerCreateBody {
-            image: Some(self.state.image.clone()),
-            cmd: Some(vec!["sh".into(), "-c".into(), KEEP_ALIVE.into()]),
-            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(labels),
-            user: extra.user.clone(),
-            working_dir: extra.workdir.clone(),
-            exposed_ports: (!exposed.is_empty()).then_some(exposed),
-            host_config: Some(host_config),
-            ..Default::default()
-        })
-    }
-
     async fn create(&mut self) -> Result<(), BackendError> {
         if !self.state.container_owned {
             return Err(BackendError::Operation {
@@ -434,141 +348,6 @@ impl DockerBackend {
             )
             .await
             .map_err(|e| api("starting the container", e))
-    }
-
-    /// Runs a short helper command (no timeout semantics beyond `limit`).
-    async fn helper(&self, cmd: Vec<String>, limit: Duration) -> Result<ExecResult, BackendError> {
-        let mut req = ExecRequest::new(String::new(), limit);
-        req.stdout_cap = 64 * 1024;
-        req.stderr_cap = 64 * 1024;
-        self.run_exec(cmd, &req, false).await
-    }
-
-    /// Runs `cmd` and collects its output. `in_workspace` runs it in the
-    /// workspace root (user commands) rather than `/` (helpers).
-    async fn run_exec(
-        &self,
-        cmd: Vec<String>,
-        request: &ExecRequest,
-        in_workspace: bool,
-    ) -> Result<ExecResult, BackendError> {
-        let started = Instant::now();
-        let env: Vec<String> = request
-            .env
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let exec = self
-            .docker
-            .create_exec(
-                &self.target(),
-                CreateExecOptions {
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    env: Some(env),
-                    cmd: Some(cmd),
-                    working_dir: in_workspace.then(|| self.state.workspace_root.clone()),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| api("creating the exec", e))?;
-        let created = started.elapsed();
-        let output = match self
-            .docker
-            .start_exec(&exec.id, None)
-            .await
-            .map_err(|e| api("starting the exec", e))?
-        {
-            StartExecResults::Attached { output, .. } => output,
-            StartExecResults::Detached => {
-                return Err(op("starting the exec", "the daemon detached the exec"))
-            }
-        };
-        let mut stdout = CappedBuffer::new(request.stdout_cap);
-        let mut stderr = CappedBuffer::new(request.stderr_cap);
-        let callback = request.on_output.clone();
-        let collect = async {
-            let mut output = output;
-            while let Some(item) = output.next().await {
-                match item {
-                    Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                        if let Some(cb) = &callback {
-                            cb(OutputStream::Stdout, &message);
-                        }
-                        stdout.push(&message);
-                    }
-                    Ok(LogOutput::StdErr { message }) => {
-                        if let Some(cb) = &callback {
-                            cb(OutputStream::Stderr, &message);
-                        }
-                        stderr.push(&message);
-                    }
-                    Ok(LogOutput::StdIn { .. }) => {}
-                    Err(e) => return Err(api("reading the exec output", e)),
-                }
-            }
-            Ok(())
-        };
-        let timed_out = match tokio::time::timeout(request.timeout, collect).await {
-            Ok(r) => {
-                r?;
-                false
-            }
-            Err(_) => true,
-        };
-        let output_done = started.elapsed();
-        let exit_code = if timed_out {
-            TIMEOUT_EXIT_CODE
-        } else {
-            let inspect = self
-                .docker
-                .inspect_exec(&exec.id)
-                .await
-                .map_err(|e| api("inspecting the exec", e))?;
-            inspect.exit_code.unwrap_or(-1) as i32
-        };
-        // Where an exec's time goes, for `RUST_LOG=berth=debug`: daemon
-        // round trips (create, inspect) against the command's own run
-        // (start until the output stream ends).
-        tracing::debug!(
-            create_ms = created.as_secs_f64() * 1e3,
-            start_to_output_end_ms = (output_done - created).as_secs_f64() * 1e3,
-            inspect_ms = (started.elapsed() - output_done).as_secs_f64() * 1e3,
-            "exec timings"
-        );
-        let (stdout, stdout_dropped) = stdout.finish();
-        let (mut stderr, stderr_dropped) = stderr.finish();
-        self.explain_oom(exit_code, timed_out, &mut stderr);
-        if timed_out {
-            stderr.push_str(&format!(
-                "\ncommand timed out after {:?} and was killed",
-                request.timeout
-            ));
-        }
-        Ok(ExecResult {
-            exit_code,
-            stdout,
-            stderr,
-            truncated: stdout_dropped + stderr_dropped > 0,
-            stdout_dropped,
-            stderr_dropped,
-            timed_out,
-            duration_ms: started.elapsed().as_millis() as u64,
-        })
-    }
-
-    /// Says, after a SIGKILL under a memory limit, that the out-of-memory
-    /// killer most likely ended the command.
-    fn explain_oom(&self, exit_code: i32, timed_out: bool, stderr: &mut String) {
-        if exit_code == 137 && !timed_out {
-            if let Some(limit) = self.state.memory_size_bytes {
-                stderr.push_str(&format!(
-                    "\nberth: the command was killed (SIGKILL, exit 137); with a memory limit of {limit} bytes \
-                     this is most likely the out-of-memory killer: raise the sandbox's memory limit"
-                ));
-            }
-        }
     }
 
     /// The current container id.

@@ -177,7 +177,7 @@ fn header_data_size(block: &[u8]) -> u64 {
 }
 
 /// The streaming chunker.
-pub struct Chunker {
+pub(super) struct Chunker {
     params: ChunkerParams,
     mask_s: u64,
     mask_l: u64,
@@ -188,7 +188,7 @@ pub struct Chunker {
 
 impl Chunker {
     /// A chunker with `params` (which must be valid).
-    pub fn new(params: ChunkerParams) -> Self {
+    pub(super) fn new(params: ChunkerParams) -> Self {
         let (mask_s, mask_l) = v2020::select_masks(params.avg as usize, Normalization::Level1);
         Chunker {
             params,
@@ -201,7 +201,7 @@ impl Chunker {
     }
 
     /// Feeds `data`; calls `emit` for every chunk completed.
-    pub fn push<E>(
+    pub(super) fn push<E>(
         &mut self,
         mut data: &[u8],
         emit: &mut impl FnMut(&[u8]) -> Result<(), E>,
@@ -222,7 +222,10 @@ impl Chunker {
     }
 
     /// Emits what is left.
-    pub fn finish<E>(mut self, emit: &mut impl FnMut(&[u8]) -> Result<(), E>) -> Result<(), E> {
+    pub(super) fn finish<E>(
+        mut self,
+        emit: &mut impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         self.drain(true, emit)
     }
 

@@ -7,21 +7,21 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use serde::{Deserialize, Serialize};
 
 use super::chunker::ChunkerParams;
-pub use crate::store_error::FormatError;
+pub(super) use crate::store_error::FormatError;
 
 /// A chunk's id: the BLAKE3 of its raw bytes.
-pub type ChunkId = [u8; 32];
+pub(super) type ChunkId = [u8; 32];
 
 /// The format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 /// A pack is closed once it holds this many stored bytes.
-pub const PACK_TARGET_BYTES: u64 = 32 * 1024 * 1024;
+pub(super) const PACK_TARGET_BYTES: u64 = 32 * 1024 * 1024;
 /// The most a pack may be (a chunk that starts below the target can end
 /// above it); downloads are cut off beyond it.
-pub const MAX_PACK_BYTES: u64 = PACK_TARGET_BYTES + 8 * 1024 * 1024;
+pub(super) const MAX_PACK_BYTES: u64 = PACK_TARGET_BYTES + 8 * 1024 * 1024;
 /// The most an index may be (about 2.5 M chunks); downloads are cut off
 /// beyond it.
-pub const MAX_INDEX_BYTES: u64 = 128 * 1024 * 1024;
+pub(super) const MAX_INDEX_BYTES: u64 = 128 * 1024 * 1024;
 
 const PACK_MAGIC: &[u8; 8] = b"BERTHPK1";
 const INDEX_MAGIC: &[u8; 8] = b"BERTHIX1";
@@ -38,7 +38,7 @@ fn malformed(kind: &'static str, why: impl Into<String>) -> FormatError {
 
 /// How a chunk is stored in its pack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Codec {
+pub(super) enum Codec {
     /// As is.
     Raw,
     /// One zstd frame.
@@ -64,7 +64,7 @@ impl Codec {
 
 /// Where a chunk lives and how to read it back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkLocation {
+pub(super) struct ChunkLocation {
     /// Offset of the stored bytes in the pack.
     pub offset: u64,
     /// Stored length.
@@ -77,12 +77,12 @@ pub struct ChunkLocation {
 
 /// Object names. Every name obeys the id grammar; names derived from a
 /// long snapshot id use its owner tag instead.
-pub mod names {
+pub(super) mod names {
     use crate::snapshot_id::MAX_ID_LEN;
 
     /// 16 hex digits naming a snapshot id's own packs, so one sandbox's
     /// garbage collection can tell its packs from shared ones.
-    pub fn owner_tag(snapshot: &str) -> String {
+    pub(crate) fn owner_tag(snapshot: &str) -> String {
         let h = blake3::hash(format!("berth-dedup-owner:{snapshot}").as_bytes());
         h.to_hex()[..16].to_string()
     }
@@ -96,28 +96,28 @@ pub mod names {
     }
 
     /// The index of `snapshot`'s generation `generation`.
-    pub fn index(snapshot: &str, generation: u64) -> String {
+    pub(crate) fn index(snapshot: &str, generation: u64) -> String {
         derived(snapshot, &format!(".g{generation}.idx"))
     }
 
     /// The journal of the packs an unfinished stop of `snapshot` uploaded.
-    pub fn journal(snapshot: &str) -> String {
+    pub(crate) fn journal(snapshot: &str) -> String {
         derived(snapshot, ".journal")
     }
 
     /// The marker that keeps the index `index` (a fork's base) from
     /// garbage collection.
-    pub fn pin(index: &str) -> String {
+    pub(crate) fn pin(index: &str) -> String {
         format!("pin-{}", &blake3::hash(index.as_bytes()).to_hex()[..32])
     }
 
     /// A pack owned by the snapshot with `tag`, named by its content hash.
-    pub fn pack(tag: &str, hash: &blake3::Hash) -> String {
+    pub(crate) fn pack(tag: &str, hash: &blake3::Hash) -> String {
         format!("pk-{tag}-{}", hash.to_hex())
     }
 
     /// The owner tag and content hash a pack name carries.
-    pub fn parse_pack(id: &str) -> Option<(&str, &str)> {
+    pub(crate) fn parse_pack(id: &str) -> Option<(&str, &str)> {
         let rest = id.strip_prefix("pk-")?;
         let (tag, hash) = rest.split_once('-')?;
         (tag.len() == 16 && hash.len() == 64).then_some((tag, hash))
@@ -126,7 +126,7 @@ pub mod names {
 
 /// Writes a pack: stored chunks, then the chunk table and the trailer,
 /// hashing everything for the pack's name.
-pub struct PackWriter<W: Write> {
+pub(super) struct PackWriter<W: Write> {
     out: W,
     hasher: blake3::Hasher,
     table: Vec<(ChunkId, ChunkLocation)>,
@@ -135,7 +135,7 @@ pub struct PackWriter<W: Write> {
 
 impl<W: Write> PackWriter<W> {
     /// A pack written to `out`.
-    pub fn new(out: W) -> Self {
+    pub(super) fn new(out: W) -> Self {
         PackWriter {
             out,
             hasher: blake3::Hasher::new(),
@@ -145,7 +145,7 @@ impl<W: Write> PackWriter<W> {
     }
 
     /// Appends one chunk; returns where it is.
-    pub fn add(
+    pub(super) fn add(
         &mut self,
         id: ChunkId,
         raw_len: u32,
@@ -171,13 +171,13 @@ impl<W: Write> PackWriter<W> {
     }
 
     /// Stored bytes so far.
-    pub fn len(&self) -> u64 {
+    pub(super) fn len(&self) -> u64 {
         self.written
     }
 
     /// Writes the table and trailer; returns the sink, the content hash and
     /// the pack's size.
-    pub fn finish(mut self) -> io::Result<(W, blake3::Hash, u64)> {
+    pub(super) fn finish(mut self) -> io::Result<(W, blake3::Hash, u64)> {
         let data_len = self.written;
         let mut table = Vec::with_capacity(self.table.len() * PACK_TABLE_ENTRY + PACK_TRAILER);
         for (id, loc) in &self.table {
@@ -197,7 +197,7 @@ impl<W: Write> PackWriter<W> {
 
 /// Reads a pack's chunk table (to check a cached pack is whole, or to
 /// rebuild an index from packs): the chunks in order with their locations.
-pub fn read_pack_table<R: Read + Seek>(
+pub(super) fn read_pack_table<R: Read + Seek>(
     pack: &mut R,
 ) -> Result<Vec<(ChunkId, ChunkLocation)>, FormatError> {
     let io = |e: io::Error| malformed("pack", e.to_string());
@@ -252,7 +252,7 @@ pub fn read_pack_table<R: Read + Seek>(
 
 /// Decodes one stored chunk and checks it against its id.
 #[cfg(test)]
-pub fn decode_chunk(
+pub(crate) fn decode_chunk(
     id: &ChunkId,
     location: &ChunkLocation,
     stored: &[u8],
@@ -264,7 +264,7 @@ pub fn decode_chunk(
 
 /// Decodes one stored chunk into `raw` (its previous content replaced; its
 /// allocation reused) and checks it against its id.
-pub fn decode_chunk_into(
+pub(super) fn decode_chunk_into(
     id: &ChunkId,
     location: &ChunkLocation,
     stored: &[u8],
@@ -288,7 +288,7 @@ pub fn decode_chunk_into(
 
 /// The index header (JSON inside the binary index).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IndexHeader {
+pub(super) struct IndexHeader {
     /// [`FORMAT_VERSION`].
     pub version: u32,
     /// The snapshot id this generation belongs to.
@@ -311,7 +311,7 @@ pub struct IndexHeader {
 
 /// One chunk of the tar, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IndexEntry {
+pub(super) struct IndexEntry {
     /// Its id.
     pub chunk: ChunkId,
     /// Which of the header's packs holds it.
@@ -322,7 +322,7 @@ pub struct IndexEntry {
 
 /// One generation of a snapshot: the tar as a sequence of chunks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Index {
+pub(super) struct Index {
     /// What the index describes.
     pub header: IndexHeader,
     /// The chunks, in tar order.
@@ -332,7 +332,7 @@ pub struct Index {
 impl Index {
     /// The binary form: magic, header length and JSON, entry count and
     /// entries, BLAKE3 of all that.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> Vec<u8> {
         let header = serde_json::to_vec(&self.header).unwrap_or_default();
         let mut out =
             Vec::with_capacity(8 + 4 + header.len() + 8 + self.entries.len() * INDEX_ENTRY + 32);
@@ -355,7 +355,7 @@ impl Index {
 
     /// Parses and checks an index: checksum, version, and that every entry
     /// points into a listed pack and the entries add up to the tar.
-    pub fn decode(bytes: &[u8]) -> Result<Index, FormatError> {
+    pub(super) fn decode(bytes: &[u8]) -> Result<Index, FormatError> {
         let kind = "index";
         if bytes.len() < 8 + 4 + 8 + 32 || &bytes[..8] != INDEX_MAGIC {
             return Err(malformed(kind, "no index magic"));
@@ -436,7 +436,7 @@ impl Index {
     }
 
     /// The packs of the header that the entries use, in order of first use.
-    pub fn packs_in_use(&self) -> Vec<u32> {
+    pub(super) fn packs_in_use(&self) -> Vec<u32> {
         let mut seen = vec![false; self.header.packs.len()];
         let mut order = Vec::new();
         for e in &self.entries {

@@ -47,7 +47,7 @@ use format::{names, Index, MAX_INDEX_BYTES};
 
 /// A deduplicated snapshot's kind in the sandbox state. (Versions before
 /// 0.4 wrote `remote` with a `dedup` record; that reads as this kind.)
-pub const KIND: &str = "dedup";
+pub(crate) const KIND: &str = "dedup";
 
 /// How a deduplicated snapshot cuts, compresses and caches.
 #[derive(Debug, Clone)]

@@ -1,0 +1,240 @@
+//! `berth create`: a sandbox from a manifest, on a backend, with a snapshot store.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use berth::backend::docker::{DockerOptions, PullPolicy};
+use berth::backend::local::LocalOptions;
+use berth::sandbox::{BackendSpec, SandboxSpec, SnapshotSpec};
+use berth::workspace::WorkspaceSpec;
+use clap::Args;
+
+use super::*;
+
+/// `berth create`.
+#[derive(Args)]
+pub struct CreateArgs {
+    /// Sandbox name ([A-Za-z0-9._-], up to 128 characters).
+    name: String,
+    /// Workspace manifest (JSON: root, environment, entries).
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+    /// Snapshot store: noop, local, local:DIR, plugin:MANIFEST, remote:MANIFEST.
+    #[arg(long, default_value = "local")]
+    snapshot: String,
+    /// Snapshot id (default: derived from the session id, stable).
+    #[arg(long)]
+    snapshot_id: Option<String>,
+    /// Compress snapshots with zstd (a deduplicated snapshot compresses
+    /// its chunks itself).
+    #[arg(long)]
+    compress: bool,
+    /// Store incremental, deduplicated generations (remote:MANIFEST only):
+    /// a stop uploads what changed, not the whole workspace.
+    #[arg(long)]
+    dedup: bool,
+    /// Generations to keep (with --dedup); `berth start NAME
+    /// --snapshot-generation K` restores an older one.
+    #[arg(long, default_value_t = 1, requires = "dedup")]
+    keep: u32,
+    /// Backend: local (not isolated) or docker.
+    #[arg(long, default_value = "local", value_parser = ["local", "docker"])]
+    backend: String,
+    /// Host directory for the workspace (local backend).
+    #[arg(long)]
+    root_dir: Option<PathBuf>,
+    /// Image (docker backend); pulled from its registry as --pull says.
+    #[arg(long)]
+    image: Option<String>,
+    /// The Docker engine (docker backend): an endpoint (unix:///PATH,
+    /// tcp://HOST:PORT with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH) or a
+    /// Docker context's name. By default, what the docker CLI would use
+    /// (DOCKER_HOST, DOCKER_CONTEXT, the current context, the local
+    /// socket); the sandbox remembers it.
+    #[arg(long)]
+    engine: Option<String>,
+    /// Run every command as its own docker exec instead of through
+    /// Berth's in-container agent (docker backend; no persistent sessions).
+    #[arg(long)]
+    no_agent: bool,
+    /// When to pull the image (docker backend): missing, always or never.
+    #[arg(long, default_value = "missing")]
+    pull: PullPolicy,
+    /// Memory limit, e.g. 512MiB (docker backend).
+    #[arg(long, value_parser = crate::plugin::parse_size_arg)]
+    memory: Option<u64>,
+    /// CPU limit, e.g. 1.5 (docker backend).
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Network mode (docker backend; default none).
+    #[arg(long)]
+    network: Option<String>,
+    /// Container port to publish on 127.0.0.1 (docker backend; repeatable).
+    #[arg(long = "expose")]
+    expose: Vec<String>,
+    /// Use this existing container; Berth will not remove it (docker backend).
+    #[arg(long)]
+    container: Option<String>,
+    /// A `docker run` argument from the supported subset (repeatable; use
+    /// --run-arg=--cap-add --run-arg=NET_ADMIN).
+    #[arg(long = "run-arg", allow_hyphen_values = true)]
+    run_args: Vec<String>,
+    /// Do not pause the container while `stop` reads the workspace (by
+    /// default it is paused, so the snapshot is one moment of it).
+    #[arg(long)]
+    no_freeze: bool,
+    /// Create without starting.
+    #[arg(long)]
+    no_start: bool,
+    /// Print the state as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let path = state_path(&home, &args.name)?;
+    let _lock = lock(&home, &args.name).await?;
+    if path.exists() {
+        bail!(
+            "a sandbox named {:?} exists already; `berth rm {}` first or pick another name",
+            args.name,
+            args.name
+        );
+    }
+    let mut names_root = false;
+    let workspace = match &args.workspace {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            names_root = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .is_some_and(|v| v.get("root").is_some());
+            let mut spec = serde_json::from_str::<WorkspaceSpec>(&text)
+                .with_context(|| format!("{} is not a valid workspace manifest", p.display()))?;
+            let dir = std::path::absolute(p)?
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            spec.resolve_host_paths(&dir);
+            spec
+        }
+        None => WorkspaceSpec::default(),
+    };
+    let mut snapshot = parse_snapshot(&args.snapshot, &home)?;
+    if args.dedup {
+        if !matches!(snapshot, SnapshotSpec::Remote { .. }) {
+            bail!(
+                "--dedup needs a remote store (--snapshot remote:MANIFEST), not {:?}",
+                args.snapshot
+            );
+        }
+        snapshot = snapshot.deduplicated(args.keep);
+    }
+    let client = client(&home);
+    let opts = options(&home, &args.name, args.compress, !args.no_freeze);
+    let backend = match args.backend.as_str() {
+        berth::backend::docker::KIND => {
+            let image = args
+                .image
+                .clone()
+                .context("--backend docker needs --image")?;
+            let mut o = DockerOptions::new(image)
+                .run_args(args.run_args.clone())
+                .pull(args.pull)
+                .agent(!args.no_agent);
+            if let Some(e) = &args.engine {
+                o = o.engine(e.clone());
+            }
+            if let Some(m) = args.memory {
+                o = o.memory(m as i64);
+            }
+            if let Some(c) = args.cpus {
+                o = o.cpus(c);
+            }
+            if let Some(n) = &args.network {
+                o = o.network(n.clone());
+            }
+            for p in &args.expose {
+                o = o.expose(p.clone());
+            }
+            if let Some(c) = &args.container {
+                o = o.existing_container(c.clone());
+            }
+            BackendSpec::new(o.pull_progress(pull_progress()))
+        }
+        berth::backend::local::KIND => {
+            if args.image.is_some()
+                || args.container.is_some()
+                || !args.run_args.is_empty()
+                || args.engine.is_some()
+            {
+                bail!("--image, --engine, --container and --run-arg need --backend docker");
+            }
+            let mut local = LocalOptions::default();
+            if let Some(d) = &args.root_dir {
+                local = local.root_dir(std::path::absolute(d)?);
+            }
+            BackendSpec::new(local)
+        }
+        other => bail!(
+            "--backend {other:?} is not a backend this berth knows; it knows {}",
+            client.backend_kinds().join(", ")
+        ),
+    };
+    let mut spec = SandboxSpec::new(workspace)
+        .snapshot(snapshot)
+        .backend(backend)
+        .options(opts);
+    if let Some(id) = &args.snapshot_id {
+        spec = spec.snapshot_id(id.clone());
+    }
+    let mut sandbox = client.create(spec).await?;
+    let started = if args.no_start {
+        Ok(())
+    } else {
+        sandbox.start().await.map(|_| ())
+    };
+    let saved = Saved {
+        name: args.name.clone(),
+        compression: args.compress,
+        freeze: !args.no_freeze,
+        state: sandbox.state(),
+    };
+    // Saved even when start failed: what start made (a container) stays
+    // known, so `berth start` can retry and `berth rm` can clean it up.
+    save(&home, &saved)?;
+    if let Err(e) = started {
+        return Err(anyhow::Error::new(e).context(format!(
+            "{} was created but did not start; `berth start {}` retries, `berth rm {}` removes it",
+            args.name, args.name, args.name
+        )));
+    }
+    if names_root && saved.state.backend.kind == berth::backend::local::KIND {
+        if let Ok(local) = saved
+            .state
+            .backend
+            .decode::<berth::backend::local::LocalState>()
+        {
+            eprintln!(
+                "berth: note: the local backend keeps the workspace in {}, not at the manifest's root {} (commands run there; --root-dir chooses the directory, the Docker backend honours the root)",
+                local.root_dir.display(),
+                saved.state.manifest.root
+            );
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&saved.state)?);
+    } else {
+        println!(
+            "created {} (session {}, snapshot {} {}){}",
+            args.name,
+            saved.state.session_id,
+            saved.state.snapshot.kind,
+            saved.state.snapshot.id,
+            if args.no_start { "" } else { ", started" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

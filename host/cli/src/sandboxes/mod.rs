@@ -1,0 +1,269 @@
+//! `berth create|start|exec|stop|rm|ls|inspect|persist|hydrate|gc|fork`: sandboxes
+//! kept by name as state files under `$BERTH_HOME`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use berth::backend::docker::{DockerProvider, PullProgress};
+use berth::sandbox::{
+    Progress, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec, StateFile,
+    StateLock, StateSink,
+};
+use berth::SnapshotId;
+
+use crate::{leftovers, table};
+
+mod create;
+mod listing;
+mod remove;
+mod run;
+
+pub use create::{create, CreateArgs};
+pub use listing::{fork, ls};
+pub use remove::{gc, gc_orphans, rm};
+pub use run::{exec, hydrate, inspect, persist, start, stop, ExecArgs, StartArgs};
+use serde::{Deserialize, Serialize};
+
+/// `$BERTH_HOME`, else `$XDG_DATA_HOME/berth`, else `~/.local/share/berth`.
+pub fn berth_home() -> anyhow::Result<PathBuf> {
+    if let Some(h) = std::env::var_os("BERTH_HOME") {
+        return Ok(PathBuf::from(h));
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME") {
+        return Ok(PathBuf::from(x).join("berth"));
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => Ok(PathBuf::from(h).join(".local/share/berth")),
+        None => bail!("cannot find a home for berth's state: set BERTH_HOME"),
+    }
+}
+
+/// What the CLI keeps per sandbox.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    name: String,
+    #[serde(default)]
+    compression: bool,
+    /// Pause the container while `stop` reads the workspace.
+    #[serde(default = "yes")]
+    freeze: bool,
+    state: SandboxState,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn state_path(home: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    SnapshotId::parse(name).with_context(|| format!("{name:?} is not a valid sandbox name"))?;
+    Ok(home.join("sandboxes").join(format!("{name}.json")))
+}
+
+/// Takes sandbox `name`'s lock: lifecycle commands hold it from before they
+/// read the state until after they wrote it, so parallel commands on one
+/// sandbox see each other's work instead of racing.
+async fn lock(home: &Path, name: &str) -> anyhow::Result<StateLock> {
+    Ok(StateFile::new(state_path(home, name)?).lock().await?)
+}
+
+fn load(home: &Path, name: &str) -> anyhow::Result<Saved> {
+    let path = state_path(home, name)?;
+    let text = StateFile::new(&path).read()?.with_context(|| {
+        format!(
+            "no sandbox named {name:?} (looked for {}); see `berth ls`",
+            path.display()
+        )
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("state file {} is corrupt", path.display()))
+}
+
+/// Writes the state file atomically: temp file, fsync, rename.
+fn save(home: &Path, saved: &Saved) -> anyhow::Result<()> {
+    let path = state_path(home, &saved.name)?;
+    StateFile::new(path).write(&serde_json::to_string_pretty(saved)?)?;
+    Ok(())
+}
+
+/// Options for a CLI sandbox: the state file is rewritten (atomically)
+/// whenever the lifecycle says a crash must not lose the moment.
+fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxOptions {
+    let home = home.to_path_buf();
+    let name = name.to_string();
+    let sink = move |state: &SandboxState| {
+        let saved = Saved {
+            name: name.clone(),
+            compression,
+            freeze,
+            state: state.clone(),
+        };
+        save(&home, &saved)
+            .map_err(|e| Box::<dyn std::error::Error + Send + Sync>::from(format!("{e:#}")))
+    };
+    SandboxOptions {
+        compression,
+        freeze_during_stop: freeze,
+        state_sink: Some(StateSink(std::sync::Arc::new(sink))),
+        progress: progress_bar(),
+        ..SandboxOptions::default()
+    }
+}
+
+/// The client every command uses: sandboxes under `home`, image pulls
+/// drawn on stderr.
+fn client(home: &Path) -> SandboxClient {
+    SandboxClient::builder(home)
+        .backend_provider(DockerProvider::default().pull_progress(pull_progress()))
+        .build()
+}
+
+/// How an image pull goes, on stderr: a bar of layers and bytes on a
+/// terminal, as `docker run` draws it; elsewhere, one line when it ends.
+fn pull_progress() -> PullProgress {
+    use std::io::IsTerminal;
+    let terminal = std::io::stderr().is_terminal();
+    let bar = std::sync::OnceLock::<indicatif::ProgressBar>::new();
+    let started = std::time::Instant::now();
+    PullProgress(std::sync::Arc::new(move |status| {
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        if status.finished {
+            if let Some(bar) = bar.get() {
+                bar.finish_and_clear();
+            }
+            eprintln!(
+                "pulled {}: {} layer{}, {:.1} MiB in {:.1} s",
+                status.image,
+                status.layers,
+                if status.layers == 1 { "" } else { "s" },
+                mib(status.bytes_done),
+                started.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        if !terminal {
+            return;
+        }
+        let bar = bar.get_or_init(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "pulling {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar
+        });
+        bar.set_message(format!(
+            "{} ({}/{} layers)",
+            status.image, status.layers_done, status.layers
+        ));
+        bar.set_length(status.bytes_total.max(status.bytes_done));
+        bar.set_position(status.bytes_done);
+    }))
+}
+
+/// A bytes-and-rate progress bar on stderr, when it is a terminal.
+fn progress_bar() -> Option<Progress> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} {bytes} ({bytes_per_sec})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    let bar = std::sync::Arc::new(bar);
+    Some(Progress(std::sync::Arc::new(move |operation, bytes| {
+        bar.set_message(operation);
+        bar.set_position(bytes);
+        bar.tick();
+    })))
+}
+
+/// Takes the sandbox's lock, resumes it and attaches (restoring the
+/// workspace if it is gone), saving what that changed even when it failed.
+/// Returns the lock (still held) and the running sandbox.
+async fn attach_locked(home: &Path, name: &str) -> anyhow::Result<(StateLock, Sandbox)> {
+    let lock = lock(home, name).await?;
+    let mut saved = load(home, name)?;
+    let mut sandbox = resume(home, &saved).await?;
+    let attached = sandbox.attach().await;
+    saved.state = sandbox.state();
+    save(home, &saved)?;
+    attached?;
+    Ok((lock, sandbox))
+}
+
+async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {
+    let client = client(home);
+    Ok(client
+        .resume(
+            saved.state.clone(),
+            None,
+            options(home, &saved.name, saved.compression, saved.freeze),
+        )
+        .await?)
+}
+
+/// Parses `noop`, `local`, `local:DIR`, `plugin:MANIFEST`, `remote:MANIFEST`.
+fn parse_snapshot(s: &str, home: &Path) -> anyhow::Result<SnapshotSpec> {
+    let abs = |p: &str| -> anyhow::Result<PathBuf> {
+        std::path::absolute(p).with_context(|| format!("resolving {p}"))
+    };
+    Ok(match s.split_once(':') {
+        None if s == "noop" => SnapshotSpec::Noop,
+        None if s == "local" => SnapshotSpec::Local {
+            base_dir: home.join("snapshots"),
+        },
+        Some(("local", dir)) => SnapshotSpec::Local {
+            base_dir: abs(dir)?,
+        },
+        Some(("plugin", m)) => SnapshotSpec::Plugin { plugin: abs(m)? },
+        Some(("remote", m)) => SnapshotSpec::Remote { plugin: abs(m)? },
+        _ => bail!(
+            "--snapshot {s:?}: use noop, local, local:DIR, plugin:MANIFEST or remote:MANIFEST"
+        ),
+    })
+}
+
+/// `1015 bytes`, `3.2 MiB`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return count(n as usize, "byte");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// `3 objects`, `1 object`.
+fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
+/// Every sandbox's saved state, by name.
+fn saved_sandboxes(home: &Path) -> Vec<Saved> {
+    let mut rows = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(home.join("sandboxes")) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "json") {
+                match std::fs::read_to_string(&p)
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<Saved>(&t).ok())
+                {
+                    Some(s) => rows.push(s),
+                    None => eprintln!("berth: skipping unreadable state file {}", p.display()),
+                }
+            }
+        }
+    }
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    rows
+}

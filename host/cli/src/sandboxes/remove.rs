@@ -1,0 +1,281 @@
+//! `berth rm` and `berth gc [--orphans]`: removing sandboxes and what they stored.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use berth::snapshot::{DedupRecord, DeleteReport};
+
+use super::*;
+
+/// `berth rm NAME`: destroy what the sandbox owns — its container or
+/// directory and, unless `keep_snapshot`, the snapshots Berth made for it —
+/// and forget it. With `keep_snapshot` the workspace is stopped (persisted)
+/// first and the snapshot stays.
+pub async fn rm(name: &str, force: bool, keep_snapshot: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let _lock = lock(&home, name).await?;
+    let mut saved = load(&home, name)?;
+    let path = state_path(&home, name)?;
+    if !saved.state.orphans.is_empty() {
+        let cleanup = client(&home).remove_orphans(&saved.state).await;
+        saved.state = cleanup.state;
+        save(&home, &saved)?;
+        for removed in &cleanup.removed {
+            println!("removed orphan {removed}");
+        }
+        if !cleanup.remaining.is_empty() {
+            let why: Vec<String> = cleanup
+                .remaining
+                .iter()
+                .map(|(what, e)| format!("{what}: {e}"))
+                .collect();
+            if !force {
+                bail!(
+                    "{}
+these orphans are still there; `berth rm {name}` again once their engine answers, or `berth rm --force {name}` forgets them",
+                    why.join("\n")
+                );
+            }
+            eprintln!("berth: forgetting orphans (--force): {}", why.join("; "));
+        }
+    }
+    let mut sandbox = resume(&home, &saved).await?;
+    let closed = if keep_snapshot && sandbox.state().workspace_root_ready {
+        sandbox.close().await
+    } else {
+        sandbox.shutdown().await
+    };
+    saved.state = sandbox.state();
+    if let Err(e) = closed {
+        let e = anyhow::Error::new(e);
+        if !force {
+            save(&home, &saved)?;
+            bail!(
+                "{e:#}\nthe state file {} was kept; fix the problem or use `berth rm --force {name}`",
+                path.display()
+            );
+        }
+        eprintln!("berth: {e:#} (removing anyway: --force)");
+    }
+    if !keep_snapshot {
+        let snapshot = saved.state.snapshot.clone();
+        match sandbox.delete_snapshot().await {
+            Ok(report) => {
+                print_deleted(&snapshot, &report);
+                if !report.kept.is_empty() {
+                    leftovers::record(&home, &sandbox.state().snapshot)?;
+                }
+            }
+            Err(e) if force => {
+                eprintln!(
+                    "berth: deleting the snapshot failed: {:#} (removing anyway: --force; its objects stay in the store)",
+                    anyhow::Error::new(e)
+                )
+            }
+            Err(e) => {
+                save(&home, &saved)?;
+                bail!(
+                    "deleting the snapshot failed: {:#}\nthe sandbox is shut down but its snapshot {} is still stored; `berth rm {name}` again deletes it, `berth rm --force {name}` forgets it",
+                    anyhow::Error::new(e),
+                    snapshot.id
+                );
+            }
+        }
+    }
+    StateFile::new(&path).remove()?;
+    println!("removed {name}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What deleting a snapshot did, in one line (and a line per kept object).
+fn print_deleted(snapshot: &berth::sandbox::SnapshotState, report: &DeleteReport) {
+    if let Some(why) = &report.unsupported {
+        println!("kept snapshot {}: {why}", snapshot.id);
+        return;
+    }
+    if report.deleted.is_empty() {
+        if report.kept.is_empty() {
+            println!("snapshot {}: nothing was stored", snapshot.id);
+        }
+    } else if snapshot.kind == "local" {
+        println!(
+            "deleted snapshot {} ({})",
+            snapshot.id,
+            report.deleted.join(", ")
+        );
+    } else {
+        println!(
+            "deleted snapshot {} from its store: {}",
+            snapshot.id,
+            count(report.deleted.len(), "object")
+        );
+    }
+    for kept in &report.kept {
+        println!(
+            "kept {} ({}); `berth gc --orphans` deletes it once no fork needs it",
+            kept.object, kept.why
+        );
+    }
+}
+
+/// `berth gc [NAME...] [--dry-run]`: collect the garbage of deduplicated
+/// snapshots (all sandboxes with one when no name is given).
+pub async fn gc(names: Vec<String>, dry_run: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let names = if names.is_empty() {
+        saved_sandboxes(&home)
+            .into_iter()
+            .filter(|s| DedupRecord::from_fields(&s.state.snapshot.fields).is_some())
+            .map(|s| s.name)
+            .collect()
+    } else {
+        names
+    };
+    if names.is_empty() {
+        println!(
+            "no sandbox has a deduplicated snapshot: nothing to collect (`berth gc --orphans` looks for what removed sandboxes left)"
+        );
+    }
+    let client = client(&home);
+    let mut failed = false;
+    for name in names {
+        let _lock = lock(&home, &name).await?;
+        let mut saved = load(&home, &name)?;
+        match client.collect_garbage(&saved.state, None, dry_run).await {
+            Ok((report, state)) => {
+                let verb = if dry_run { "would delete" } else { "deleted" };
+                println!(
+                    "{name}: {verb} {} packs and {} indexes{}{}",
+                    report.packs.len(),
+                    report.indexes.len(),
+                    if report.journal {
+                        ", and an interrupted stop's journal"
+                    } else {
+                        ""
+                    },
+                    if report.pinned.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; kept generations {:?} (forks start from them)",
+                            report.pinned
+                        )
+                    }
+                );
+                for object in report.packs.iter().chain(&report.indexes) {
+                    println!("  {object}");
+                }
+                if !dry_run {
+                    saved.state = state;
+                    save(&home, &saved)?;
+                }
+            }
+            Err(e) => {
+                eprintln!("berth: gc {name}: {:#}", anyhow::Error::new(e));
+                failed = true;
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `berth gc --orphans [--yes]`: what no known sandbox references any
+/// more — local archives in `$BERTH_HOME/snapshots` and generations that
+/// `berth rm` kept for forks that are gone since — listed, and deleted
+/// with `yes`.
+pub async fn gc_orphans(yes: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let dry_run = !yes;
+    let known = saved_sandboxes(&home);
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    let mut found = 0usize;
+    let mut failed = false;
+    // Local archives: every file here is Berth's; those no sandbox's
+    // snapshot names are orphans.
+    let snapshots = home.join("snapshots");
+    let owned: std::collections::BTreeSet<PathBuf> = known
+        .iter()
+        .filter(|s| s.state.snapshot.kind == "local")
+        .filter_map(|s| {
+            let base = s.state.snapshot.base_dir.as_ref()?;
+            Some(base.join(format!("{}.tar", s.state.snapshot.id)))
+        })
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(&snapshots) {
+        let mut files: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "tar") && p.is_file())
+            .collect();
+        files.sort();
+        for file in files {
+            if owned.contains(&file) {
+                continue;
+            }
+            found += 1;
+            if !dry_run {
+                std::fs::remove_file(&file)
+                    .with_context(|| format!("deleting {}", file.display()))?;
+            }
+            println!("{verb} {} (no sandbox uses it)", file.display());
+        }
+    }
+    // Generations kept for forks: collected once no known fork starts
+    // from them.
+    let bases: std::collections::BTreeSet<String> = known
+        .iter()
+        .filter_map(|s| DedupRecord::from_fields(&s.state.snapshot.fields)?.base)
+        .map(|g| g.index.clone())
+        .collect();
+    let client = client(&home);
+    for leftover in leftovers::all(&home) {
+        match client.collect_leftovers(&leftover, &bases, dry_run).await {
+            Ok((report, remaining)) => {
+                found += report.deleted.len();
+                if !report.deleted.is_empty() {
+                    println!(
+                        "{verb} what removed snapshot {} left: {}",
+                        leftover.id,
+                        count(report.deleted.len(), "object")
+                    );
+                    for object in &report.deleted {
+                        println!("  {object}");
+                    }
+                }
+                for kept in &report.kept {
+                    println!("kept {} ({})", kept.object, kept.why);
+                }
+                if !dry_run {
+                    if report.kept.is_empty() {
+                        leftovers::forget(&home, &leftover)?;
+                    } else {
+                        leftovers::record(&home, &remaining)?;
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "berth: gc --orphans: snapshot {}: {:#}",
+                    leftover.id,
+                    anyhow::Error::new(e)
+                );
+                failed = true;
+            }
+        }
+    }
+    if found == 0 {
+        println!("no orphans: every stored snapshot belongs to a sandbox");
+    } else if dry_run {
+        println!("nothing was deleted; `berth gc --orphans --yes` deletes these");
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,241 @@
+//! `berth start|exec|stop|persist|hydrate|inspect`: driving a sandbox.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use berth::backend::docker::EngineChoice;
+use berth::backend::ExecRequest;
+use berth::snapshot::DedupRecord;
+use clap::Args;
+
+use super::*;
+
+/// `berth start`.
+#[derive(Args)]
+pub struct StartArgs {
+    /// Sandbox name.
+    name: String,
+    /// Restore this generation of a deduplicated snapshot instead of the
+    /// newest (see `berth inspect NAME` for the kept ones).
+    #[arg(long)]
+    snapshot_generation: Option<u64>,
+    /// With --snapshot-generation: discard the live workspace (and its
+    /// changes since the last stop) to restore the older generation.
+    #[arg(long, requires = "snapshot_generation")]
+    discard_workspace: bool,
+    /// Move the sandbox to this Docker engine (an endpoint or a context)
+    /// and restore its workspace there from its snapshot, which must be a
+    /// shared (remote) store. If its old engine answers, the workspace is
+    /// saved there first and the old container removed; if not, the old
+    /// container is kept as an orphan (`berth ls`) that `berth rm` removes
+    /// once that engine is back.
+    #[arg(long, conflicts_with = "snapshot_generation")]
+    engine: Option<String>,
+}
+
+pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
+    let name = args.name.as_str();
+    let home = berth_home()?;
+    let _lock = lock(&home, name).await?;
+    let mut saved = load(&home, name)?;
+    let mut sandbox = match &args.engine {
+        Some(engine) => {
+            let moved = client(&home)
+                .resume_on_engine(
+                    saved.state.clone(),
+                    &EngineChoice::new(engine.clone()),
+                    None,
+                    options(&home, name, saved.compression, saved.freeze),
+                )
+                .await?;
+            saved.state = moved.state();
+            save(&home, &saved)?;
+            for orphan in &saved.state.orphans {
+                eprintln!(
+                    "berth: the old engine did not answer ({}); its container stays as an orphan that `berth rm {name}` removes once that engine is back",
+                    orphan.reason
+                );
+            }
+            moved
+        }
+        None => resume(&home, &saved).await?,
+    };
+    if let Some(generation) = args.snapshot_generation {
+        // Refuse before discarding anything.
+        let record = DedupRecord::from_fields(&saved.state.snapshot.fields).with_context(|| {
+            format!("{name}'s snapshot keeps one archive, not generations (create it with --dedup)")
+        })?;
+        if record.find(generation).is_none() {
+            bail!(
+                "generation {generation} of {name} is not kept (kept: {}); `berth create --keep N` keeps more",
+                record.kept_numbers()
+            );
+        }
+        if sandbox.state().workspace_root_ready {
+            if !args.discard_workspace {
+                bail!(
+                    "{name}'s workspace is live; `berth stop {name}` saves it first, and `--discard-workspace` drops it to restore generation {generation}"
+                );
+            }
+            let shut = sandbox.shutdown().await;
+            saved.state = sandbox.state();
+            save(&home, &saved)?;
+            shut?;
+        }
+        sandbox.select_generation(generation)?;
+    }
+    let result = sandbox.start().await;
+    saved.state = sandbox.state();
+    save(&home, &saved)?;
+    let branch = result?;
+    println!("started {name}: {branch}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth exec`.
+#[derive(Args)]
+pub struct ExecArgs {
+    /// Sandbox name.
+    name: String,
+    /// Timeout in seconds.
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// Extra environment (KEY=VALUE, repeatable).
+    #[arg(long = "env")]
+    env: Vec<String>,
+    /// Print the result as JSON instead of passing output through.
+    #[arg(long)]
+    json: bool,
+    /// The command (joined with spaces and run by `sh -c`).
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let (lock, sandbox) = attach_locked(&home, &args.name).await?;
+    // The sandbox is up: commands on it may run in parallel.
+    drop(lock);
+    let mut request = ExecRequest::new(
+        args.command.join(" "),
+        Duration::from_secs_f64(args.timeout),
+    );
+    for kv in &args.env {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--env {kv:?} is not KEY=VALUE"))?;
+        request.env.insert(k.to_string(), v.to_string());
+    }
+    let result = sandbox.exec(request).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print!("{}", result.stdout);
+        eprint!("{}", result.stderr);
+        // The library's own notes (a timeout, the OOM killer) end stderr
+        // without a newline.
+        if !result.stderr.is_empty() && !result.stderr.ends_with('\n') {
+            eprintln!();
+        }
+        if result.truncated {
+            eprintln!(
+                "berth: output truncated ({} stdout and {} stderr bytes dropped)",
+                result.stdout_dropped, result.stderr_dropped
+            );
+        }
+    }
+    Ok(ExitCode::from(result.exit_code.clamp(0, 255) as u8))
+}
+
+/// `berth stop NAME`.
+pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let _lock = lock(&home, name).await?;
+    let mut saved = load(&home, name)?;
+    let mut sandbox = resume(&home, &saved).await?;
+    let result = match sandbox.attach().await {
+        Ok(_) => sandbox.stop().await,
+        Err(e) => Err(e),
+    };
+    saved.state = sandbox.state();
+    save(&home, &saved)?;
+    result?;
+    let s = &saved.state.snapshot;
+    match (&s.digest, s.size) {
+        (Some(digest), Some(size)) => println!(
+            "stopped {name}: workspace saved to snapshot {} ({}, {digest})",
+            s.id,
+            human_bytes(size)
+        ),
+        _ => println!(
+            "stopped {name}: nothing saved (snapshot {} is {})",
+            s.id, s.kind
+        ),
+    }
+    if let Some(stats) = DedupRecord::from_fields(&s.fields).and_then(|d| d.last_stop) {
+        println!(
+            "generation {}: uploaded {} in {} ({} of {} new; {}% already stored)",
+            stats.generation,
+            human_bytes(stats.uploaded_bytes),
+            count(stats.upload_calls as usize, "call"),
+            stats.new_chunks,
+            count(stats.chunks as usize, "chunk"),
+            stats
+                .dedup_ratio
+                .parse::<f64>()
+                .map(|r| format!("{:.1}", r * 100.0))
+                .unwrap_or_else(|_| stats.dedup_ratio.clone())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth inspect NAME`.
+pub async fn inspect(name: &str) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let saved = load(&home, name)?;
+    println!("{}", saved.state.to_json()?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth persist NAME --out FILE`: the workspace as a tar file.
+pub async fn persist(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let (_lock, sandbox) = attach_locked(&home, name).await?;
+    let tmp = out.with_extension("partial");
+    let mut file = tokio::fs::File::create(&tmp)
+        .await
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    let n = match sandbox.persist_workspace_to(&mut file).await {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(e).context("reading the workspace archive");
+        }
+    };
+    file.sync_all().await?;
+    tokio::fs::rename(&tmp, out).await?;
+    println!("wrote {} ({n} bytes)", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth hydrate NAME FILE`: extract a tar into the workspace, after the
+/// whole archive passed the hydrate policy.
+pub async fn hydrate(name: &str, file: &Path) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let (_lock, sandbox) = attach_locked(&home, name).await?;
+    let mut f = tokio::fs::File::open(file)
+        .await
+        .with_context(|| format!("opening {}", file.display()))?;
+    let stats = sandbox
+        .hydrate_workspace(&mut f)
+        .await
+        .with_context(|| format!("{} was not extracted into {name}", file.display()))?;
+    println!(
+        "extracted {} entries ({} bytes) into {name}",
+        stats.entries, stats.bytes
+    );
+    Ok(ExitCode::SUCCESS)
+}

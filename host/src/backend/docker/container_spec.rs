@@ -1,0 +1,109 @@
+//! The container a sandbox runs in, as the Docker API is asked for it:
+//! secure defaults (no network, no capabilities, no new privileges, a
+//! pids limit, an init), limits, ports, typed bind mounts, run arguments.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTypeEnum, PortBinding};
+
+use super::{run_args, DockerBackend, BACKEND, DEFAULT_PIDS_LIMIT, KEEP_ALIVE};
+use crate::backend::BackendError;
+
+impl DockerBackend {
+    pub(super) fn create_body(&self) -> Result<ContainerCreateBody, BackendError> {
+        let extra = run_args::parse(&self.state.additional_run_args)?;
+        // Legacy `host:container[:ro]` strings name the host path first.
+        let legacy = self
+            .state
+            .binds
+            .iter()
+            .map(|b| PathBuf::from(b.split(':').next().unwrap_or("")));
+        let typed = self.state.mounts.iter().map(|m| m.source.clone());
+        for host in legacy.chain(typed) {
+            let canonical = std::fs::canonicalize(&host).unwrap_or_else(|_| host.clone());
+            if canonical.ends_with("docker.sock") {
+                return Err(BackendError::Config {
+                    backend: BACKEND,
+                    message: format!("refusing to bind-mount the Docker socket ({}): it would hand the sandbox the host", host.display()),
+                });
+            }
+        }
+        let mut labels: HashMap<String, String> = extra.labels.clone().into_iter().collect();
+        labels.insert("berth.session".into(), self.session_id.clone());
+        labels.insert("berth.owned".into(), self.state.container_owned.to_string());
+        let mut env = self.state.environment.clone();
+        env.extend(extra.env.clone());
+        let mut security_opt = extra.security_opt.clone();
+        if !security_opt
+            .iter()
+            .any(|o| o.starts_with("no-new-privileges"))
+        {
+            security_opt.push("no-new-privileges".into());
+        }
+        let security_opt: Vec<String> = security_opt
+            .into_iter()
+            .filter(|o| o != "no-new-privileges=false")
+            .collect();
+        let mut exposed = HashMap::new();
+        let mut bindings = HashMap::new();
+        for p in &self.state.exposed_ports {
+            let key = if p.contains('/') {
+                p.clone()
+            } else {
+                format!("{p}/tcp")
+            };
+            exposed.insert(key.clone(), HashMap::new());
+            bindings.insert(
+                key,
+                Some(vec![PortBinding {
+                    host_ip: Some("127.0.0.1".into()),
+                    host_port: Some(String::new()),
+                }]),
+            );
+        }
+        let host_config = HostConfig {
+            init: Some(true),
+            memory: self.state.memory_size_bytes,
+            memory_swap: self.state.memory_size_bytes,
+            nano_cpus: self.state.cpu_count.map(|c| (c * 1e9) as i64),
+            pids_limit: Some(extra.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
+            network_mode: Some(self.state.network.clone()),
+            cap_drop: Some(extra.cap_drop.clone().unwrap_or_else(|| vec!["ALL".into()])),
+            cap_add: (!extra.cap_add.is_empty()).then(|| extra.cap_add.clone()),
+            security_opt: Some(security_opt),
+            port_bindings: (!bindings.is_empty()).then_some(bindings),
+            binds: (!self.state.binds.is_empty()).then(|| self.state.binds.clone()),
+            mounts: (!self.state.mounts.is_empty()).then(|| {
+                self.state
+                    .mounts
+                    .iter()
+                    .map(|m| Mount {
+                        target: Some(m.target.clone()),
+                        source: Some(m.source.display().to_string()),
+                        typ: Some(MountTypeEnum::BIND),
+                        read_only: Some(m.read_only),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            readonly_rootfs: extra.read_only.then_some(true),
+            tmpfs: (!extra.tmpfs.is_empty()).then(|| extra.tmpfs.clone()),
+            ulimits: (!extra.ulimits.is_empty()).then(|| extra.ulimits.clone()),
+            shm_size: extra.shm_size,
+            extra_hosts: (!extra.extra_hosts.is_empty()).then(|| extra.extra_hosts.clone()),
+            ..Default::default()
+        };
+        Ok(ContainerCreateBody {
+            image: Some(self.state.image.clone()),
+            cmd: Some(vec!["sh".into(), "-c".into(), KEEP_ALIVE.into()]),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(labels),
+            user: extra.user.clone(),
+            working_dir: extra.workdir.clone(),
+            exposed_ports: (!exposed.is_empty()).then_some(exposed),
+            host_config: Some(host_config),
+            ..Default::default()
+        })
+    }
+}

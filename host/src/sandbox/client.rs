@@ -1,0 +1,501 @@
+//! [`SandboxClient`]: creates, resumes and forks sandboxes; [`SandboxSpec`]
+//! and the client's builder.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::{
+    snapshot_binding, Sandbox, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
+    SnapshotState, StateFile, StateSink,
+};
+use crate::backend::{
+    Backend, BackendProvider, BackendSpec, BackendState, BackendSummary, CreateContext, Registry,
+};
+use crate::plugin::PluginHost;
+use crate::snapshot::{DeleteReport, GcReport, Generations, PackCache, SandboxSnapshot};
+use crate::snapshot_id::SnapshotId;
+use crate::store_error::StorageError;
+use crate::workspace::entries::{self, Selection};
+use crate::workspace::WorkspaceSpec;
+
+/// Everything a new sandbox is made from. Every field has a default:
+/// `SandboxSpec::new(workspace)` is a local sandbox with local snapshots.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct SandboxSpec {
+    /// The workspace manifest. By default, an empty workspace at
+    /// `/workspace`.
+    pub workspace: WorkspaceSpec,
+    /// Where snapshots go. By default, `<home>/snapshots` on the host.
+    pub snapshot: Option<SnapshotSpec>,
+    /// The snapshot id. By default, derived from the session id; it stays
+    /// the same for the sandbox's life.
+    pub snapshot_id: Option<String>,
+    /// The backend. By default, the local backend under the home.
+    pub backend: BackendSpec,
+    /// Tunables. By default, [`SandboxOptions::default`] (state saved
+    /// under the home, see [`SandboxClientBuilder::save_state`]).
+    pub options: SandboxOptions,
+}
+
+impl SandboxSpec {
+    /// A sandbox of `workspace`, everything else by default.
+    pub fn new(workspace: WorkspaceSpec) -> Self {
+        SandboxSpec {
+            workspace,
+            snapshot: None,
+            snapshot_id: None,
+            backend: BackendSpec::default(),
+            options: SandboxOptions::default(),
+        }
+    }
+
+    /// Where snapshots go. By default, `<home>/snapshots` on the host.
+    pub fn snapshot(mut self, snapshot: SnapshotSpec) -> Self {
+        self.snapshot = Some(snapshot);
+        self
+    }
+
+    /// The snapshot id. By default, `berth-<session id>`.
+    pub fn snapshot_id(mut self, id: impl Into<String>) -> Self {
+        self.snapshot_id = Some(id.into());
+        self
+    }
+
+    /// The backend. By default, the local backend under the home.
+    pub fn backend(mut self, backend: BackendSpec) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Tunables. By default, [`SandboxOptions::default`].
+    pub fn options(mut self, options: SandboxOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        SandboxSpec::new(WorkspaceSpec::default())
+    }
+}
+
+/// Builds a [`SandboxClient`].
+#[derive(Debug)]
+pub struct SandboxClientBuilder {
+    home: PathBuf,
+    plugins: Option<PluginHost>,
+    save_state: bool,
+    pack_cache: Option<Option<PackCache>>,
+    backends: Registry,
+}
+
+impl SandboxClientBuilder {
+    /// Resumes (and lists, and forks) sandboxes of `provider`'s kind with
+    /// it, replacing the provider the client had for that kind. By
+    /// default, the client knows the local backend and, with the `docker`
+    /// feature, Docker ([`crate::backend::docker::DockerProvider`]).
+    pub fn backend_provider(mut self, provider: impl BackendProvider + 'static) -> Self {
+        self.backends.register(Arc::new(provider));
+        self
+    }
+
+    /// Loads snapshot plugins with `host` (sharing its engine and compile
+    /// cache). By default, the client makes one [`PluginHost`] the first
+    /// time it needs one and shares it between all its sandboxes.
+    pub fn plugin_host(mut self, host: PluginHost) -> Self {
+        self.plugins = Some(host);
+        self
+    }
+
+    /// Whether sandboxes save their state, crash-safely, to
+    /// `<home>/state/<session id>.json` at the moments a crash must not
+    /// lose (after start, before and after each persist). By default, on;
+    /// a [`SandboxOptions::state_sink`] given to a sandbox replaces it.
+    pub fn save_state(mut self, save: bool) -> Self {
+        self.save_state = save;
+        self
+    }
+
+    /// Where deduplicated snapshots keep the packs they upload and
+    /// download, so a restore on this host skips downloads (`None`: no
+    /// cache). By default, `$BERTH_CACHE_DIR` (else `<home>/cache/packs`)
+    /// capped at `$BERTH_CACHE_MAX_BYTES` (else 4 GiB; `0` turns it off).
+    pub fn pack_cache(mut self, cache: Option<PackCache>) -> Self {
+        self.pack_cache = Some(cache);
+        self
+    }
+
+    /// The client.
+    pub fn build(self) -> SandboxClient {
+        let plugins = Arc::new(tokio::sync::OnceCell::new());
+        if let Some(host) = self.plugins {
+            let _ = plugins.set(host);
+        }
+        let pack_cache = self
+            .pack_cache
+            .unwrap_or_else(|| PackCache::from_env(&self.home.join("cache").join("packs")));
+        SandboxClient {
+            home: self.home,
+            plugins,
+            save_state: self.save_state,
+            pack_cache,
+            backends: self.backends,
+        }
+    }
+}
+
+/// Creates and resumes sandboxes.
+///
+/// The library needs a multi-threaded tokio runtime (the default of
+/// `#[tokio::main]`; `#[tokio::test(flavor = "multi_thread")]` in tests):
+/// archives are produced and consumed on blocking threads that wait on the
+/// runtime.
+#[derive(Clone, Debug)]
+pub struct SandboxClient {
+    home: PathBuf,
+    plugins: Arc<tokio::sync::OnceCell<PluginHost>>,
+    save_state: bool,
+    pack_cache: Option<PackCache>,
+    backends: Registry,
+}
+
+impl SandboxClient {
+    /// A client keeping its sandboxes' workspaces, snapshots and state
+    /// under `home`, everything else by default.
+    pub fn new(home: impl Into<PathBuf>) -> Self {
+        Self::builder(home).build()
+    }
+
+    /// A builder for a client keeping its sandboxes under `home`.
+    ///
+    /// ```
+    /// use berth::{PluginHost, SandboxClient};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let plugins = PluginHost::new()?; // one engine and compile cache, shared
+    /// let client = SandboxClient::builder("/var/lib/my-agent/berth")
+    ///     .plugin_host(plugins)
+    ///     .save_state(false) // the embedder keeps `Sandbox::state()` itself
+    ///     .build();
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn builder(home: impl Into<PathBuf>) -> SandboxClientBuilder {
+        SandboxClientBuilder {
+            home: home.into(),
+            plugins: None,
+            save_state: true,
+            pack_cache: None,
+            backends: Registry::with_defaults(),
+        }
+    }
+
+    /// The backend kinds this client can resume, sorted.
+    pub fn backend_kinds(&self) -> Vec<String> {
+        self.backends.kinds()
+    }
+
+    /// The provider of backend `kind`, or an error naming the kinds known.
+    pub(crate) fn provider(&self, kind: &str) -> Result<&Arc<dyn BackendProvider>, SandboxError> {
+        self.backends
+            .get(kind)
+            .ok_or_else(|| SandboxError::UnknownBackend {
+                kind: kind.to_string(),
+                known: self.backends.kinds(),
+            })
+    }
+
+    /// What a listing shows of a sandbox's backend (its instance and
+    /// where it runs), from its state alone.
+    pub fn backend_summary(&self, state: &BackendState) -> Result<BackendSummary, SandboxError> {
+        Ok(self.provider(&state.kind)?.summary(state))
+    }
+
+    /// Options for a new sandbox set up like the one whose backend state
+    /// is `state` (as a fork is): same kind and settings, its own instance.
+    pub fn backend_like(&self, state: &BackendState) -> Result<BackendSpec, SandboxError> {
+        Ok(self.provider(&state.kind)?.options_like(state)?)
+    }
+
+    /// The home directory.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// The plugin host shared by this client's sandboxes (made on first
+    /// use).
+    pub async fn plugin_host(&self) -> Result<&PluginHost, SandboxError> {
+        Ok(self
+            .plugins
+            .get_or_try_init(|| async { PluginHost::new() })
+            .await?)
+    }
+
+    /// Where a sandbox's state is saved by default.
+    pub fn state_path(&self, session_id: &str) -> PathBuf {
+        self.home.join("state").join(format!("{session_id}.json"))
+    }
+
+    /// Options with the default state file filled in, unless the caller
+    /// gave a sink or turned saving off.
+    fn with_state_file(&self, mut options: SandboxOptions, session_id: &str) -> SandboxOptions {
+        if self.save_state && options.state_sink.is_none() {
+            let file = StateFile::new(self.state_path(session_id));
+            options.state_sink = Some(StateSink(Arc::new(move |state: &SandboxState| {
+                let json = state.to_json()?;
+                file.write(&json)
+                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+            })));
+        }
+        options
+    }
+
+    /// Creates a sandbox (not yet started) from `spec`.
+    pub async fn create(&self, spec: SandboxSpec) -> Result<Sandbox, SandboxError> {
+        self.create_from(spec, None).await
+    }
+
+    /// A new sandbox that starts from generation `generation` (by default,
+    /// `None`, the newest) of the sandbox whose state is `source`: its
+    /// first start restores that workspace, and its stops store only what
+    /// differs from it, sharing `source`'s chunks. `source` needs a
+    /// deduplicated snapshot with at least one generation; the fork's
+    /// state records which one it started from (its record's `base`).
+    /// That generation is pinned in the store, so
+    /// `source`'s garbage collection keeps it. The fork gets the same
+    /// workspace manifest and snapshot store (bound from `source`, or from
+    /// `snapshot` if given, as in [`SandboxClient::resume`]), a new
+    /// snapshot id, and runs on `backend` with `options`. Hold `source`'s
+    /// lock (across processes, its [`StateLock`]) while forking.
+    pub async fn fork(
+        &self,
+        source: &SandboxState,
+        generation: Option<u64>,
+        snapshot: Option<SnapshotSpec>,
+        backend: BackendSpec,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, SandboxError> {
+        let (bound, _, store) = self
+            .bind_existing(source, snapshot, options.spool_dir.as_deref())
+            .await?;
+        let base = generations_of(bound.as_ref(), source)?
+            .fork_base(generation)
+            .await?;
+        let keep = base.keep;
+        let store = match store {
+            SnapshotSpec::Dedup { store, .. } => *store,
+            SnapshotSpec::Remote { plugin } => SnapshotSpec::Remote { plugin },
+            _ => SnapshotSpec::RemoteClient(base.store),
+        };
+        let previous = SnapshotState {
+            kind: source.snapshot.kind.clone(),
+            id: source.snapshot.id.clone(),
+            base_dir: None,
+            plugin: source.snapshot.plugin.clone(),
+            digest: Some(base.seal.digest),
+            size: Some(base.seal.size),
+            compression: None,
+            persist_pending: false,
+            fields: base.fields,
+        };
+        let spec = SandboxSpec::new(source.manifest.clone())
+            .snapshot(store.deduplicated(keep))
+            .backend(backend)
+            .options(options);
+        self.create_from(spec, Some(&previous)).await
+    }
+
+    /// Collects the garbage of the deduplicated snapshot of the sandbox
+    /// whose state is `state` (see [`Sandbox::collect_garbage`]) without
+    /// reaching its backend; returns what was (or, with `dry_run`, would
+    /// be) deleted and the state to save. Hold the sandbox's lock.
+    pub async fn collect_garbage(
+        &self,
+        state: &SandboxState,
+        snapshot: Option<SnapshotSpec>,
+        dry_run: bool,
+    ) -> Result<(GcReport, SandboxState), SandboxError> {
+        let (bound, _, _) = self.bind_existing(state, snapshot, None).await?;
+        let report = generations_of(bound.as_ref(), state)?
+            .collect_garbage(dry_run)
+            .await?;
+        let mut state = state.clone();
+        state.snapshot.fields.extend(bound.state_fields());
+        Ok((report, state))
+    }
+
+    /// Collects what an earlier removal left of a deduplicated snapshot
+    /// (`snapshot`, as [`Sandbox::delete_snapshot`] left it: only the
+    /// generations forks started from): deletes every generation whose
+    /// index is not in `bases` — the fork bases of the sandboxes still
+    /// known — with the packs of this snapshot no base references. Returns
+    /// what was (or, with `dry_run`, would be) deleted and the snapshot
+    /// state that remains.
+    pub async fn collect_leftovers(
+        &self,
+        snapshot: &SnapshotState,
+        bases: &std::collections::BTreeSet<String>,
+        dry_run: bool,
+    ) -> Result<(DeleteReport, SnapshotState), SandboxError> {
+        let spec = SnapshotSpec::from_state(snapshot)?;
+        let (bound, _) = snapshot_binding::bind(
+            &spec,
+            snapshot.id.clone(),
+            self.plugin_host().await?,
+            Some(snapshot),
+            self.pack_cache.as_ref(),
+            None,
+        )
+        .await?;
+        let generations = bound
+            .generations()
+            .ok_or_else(|| SandboxError::NoGenerations {
+                id: snapshot.id.to_string(),
+                kind: bound.kind().to_string(),
+            })?;
+        let report = generations.delete_leftovers(bases, dry_run).await?;
+        let mut remaining = snapshot.clone();
+        remaining.fields.extend(bound.state_fields());
+        Ok((report, remaining))
+    }
+
+    /// The snapshot of an existing sandbox, bound from `snapshot` or its
+    /// state, with the spec it was bound from.
+    pub(super) async fn bind_existing(
+        &self,
+        state: &SandboxState,
+        snapshot: Option<SnapshotSpec>,
+        spool_dir: Option<&Path>,
+    ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotState, SnapshotSpec), SandboxError> {
+        let spec = match snapshot {
+            Some(s) => s,
+            None => SnapshotSpec::from_state(&state.snapshot)?,
+        };
+        let (bound, record) = snapshot_binding::bind(
+            &spec,
+            state.snapshot.id.clone(),
+            self.plugin_host().await?,
+            Some(&state.snapshot),
+            self.pack_cache.as_ref(),
+            spool_dir,
+        )
+        .await?;
+        Ok((bound, record, spec))
+    }
+
+    /// [`SandboxClient::create`], with a snapshot that continues
+    /// `previous` (a fork's base).
+    async fn create_from(
+        &self,
+        spec: SandboxSpec,
+        previous: Option<&SnapshotState>,
+    ) -> Result<Sandbox, SandboxError> {
+        let SandboxSpec {
+            workspace,
+            snapshot,
+            snapshot_id,
+            backend,
+            options,
+        } = spec;
+        workspace.validate()?;
+        let session_id = new_session_id();
+        let id = match snapshot_id {
+            Some(id) => {
+                SnapshotId::parse(&id).map_err(|e| StorageError::InvalidId(e.to_string()))?
+            }
+            None => SnapshotId::parse(&format!("berth-{session_id}"))
+                .map_err(|e| StorageError::InvalidId(e.to_string()))?,
+        };
+        let snapshot = snapshot.unwrap_or_else(|| SnapshotSpec::Local {
+            base_dir: self.home.join("snapshots"),
+        });
+        let (snap, snap_state) = snapshot_binding::bind(
+            &snapshot,
+            id,
+            self.plugin_host().await?,
+            previous,
+            self.pack_cache.as_ref(),
+            options.spool_dir.as_deref(),
+        )
+        .await?;
+        let bind_mounts = workspace.bind_mounts()?;
+        let backend = backend
+            .build(&CreateContext {
+                session_id: &session_id,
+                home: &self.home,
+                workspace: &workspace,
+                bind_mounts: &bind_mounts,
+            })
+            .await?;
+        backend.check_workspace(&workspace)?;
+        entries::check_sources(&workspace, Selection::All)?;
+        let options = self.with_state_file(options, &session_id);
+        let state = SandboxState {
+            backend: backend.state()?,
+            session_id,
+            manifest: workspace,
+            snapshot: snap_state,
+            workspace_root_ready: false,
+            lineage: None,
+            orphans: Vec::new(),
+        };
+        Ok(Sandbox::new(state, backend, snap, options))
+    }
+
+    /// Resumes a sandbox from saved state. The snapshot is bound again from
+    /// `snapshot` if given, else from what the state records (a manifest
+    /// path); the backend by the provider of the state's `type` (see
+    /// [`SandboxClientBuilder::backend_provider`]).
+    /// Snapshots are compressed if the state says they were.
+    pub async fn resume(
+        &self,
+        state: SandboxState,
+        snapshot: Option<SnapshotSpec>,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, SandboxError> {
+        let backend = self
+            .provider(&state.backend.kind)?
+            .resume(&state.backend, &state.session_id)
+            .await?;
+        self.resume_with_backend(state, snapshot, backend, options)
+            .await
+    }
+
+    /// Resumes a sandbox onto `backend`, constructed by the caller from
+    /// the state's backend part ([`BackendState::decode`]): how sandboxes
+    /// on a backend of the embedder's own are resumed.
+    pub async fn resume_with_backend(
+        &self,
+        state: SandboxState,
+        snapshot: Option<SnapshotSpec>,
+        backend: Box<dyn Backend>,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, SandboxError> {
+        let (snap, mut snap_state, _) = self
+            .bind_existing(&state, snapshot, options.spool_dir.as_deref())
+            .await?;
+        snap_state.digest = state.snapshot.digest.clone();
+        let mut options = self.with_state_file(options, &state.session_id);
+        options.compression |= state.snapshot.compression.is_some();
+        let mut state = state;
+        state.snapshot = snap_state;
+        Ok(Sandbox::new(state, backend, snap, options))
+    }
+}
+
+/// `snapshot`'s generations, or why it has none.
+pub(super) fn generations_of<'a>(
+    snapshot: &'a dyn SandboxSnapshot,
+    state: &SandboxState,
+) -> Result<&'a dyn Generations, SandboxError> {
+    snapshot
+        .generations()
+        .ok_or_else(|| SandboxError::NoGenerations {
+            id: state.snapshot.id.to_string(),
+            kind: snapshot.kind().to_string(),
+        })
+}
+
+fn new_session_id() -> String {
+    format!("{:016x}", crate::random_id::random_u64())
+}

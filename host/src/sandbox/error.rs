@@ -1,0 +1,197 @@
+//! Why a sandbox operation failed: [`SandboxError`].
+
+use crate::backend::BackendError;
+use crate::plugin::PluginError;
+use crate::store_error::{StorageError, StoreError};
+use crate::workspace::archive::ArchiveError;
+use crate::workspace::spec::SpecError;
+
+/// Why a sandbox operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// The workspace manifest is invalid.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// An archive was refused by the hydrate policy or is unreadable.
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    /// The snapshot store failed.
+    #[error("snapshot store")]
+    Store(#[from] StoreError),
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// A plugin could not be loaded.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// The restored archive is not the one that was persisted.
+    #[error("snapshot {id} failed verification: expected {expected}, got {actual}; nothing was extracted (the stored archive is corrupt or was replaced)")]
+    DigestMismatch {
+        /// The snapshot.
+        id: String,
+        /// Digest recorded at persist.
+        expected: String,
+        /// Digest of what the store returned.
+        actual: String,
+    },
+    /// Persist or restore ran past its deadline.
+    #[error("{operation} did not finish within {seconds}s (SandboxOptions::archive_deadline)")]
+    Deadline {
+        /// Which operation.
+        operation: &'static str,
+        /// The deadline.
+        seconds: u64,
+    },
+    /// The state names a backend kind this client has no provider for.
+    #[error("no backend provider for {kind:?} is registered (this client knows {}); register one with SandboxClientBuilder::backend_provider, or resume with resume_with_backend", known.join(", "))]
+    UnknownBackend {
+        /// The kind the state names.
+        kind: String,
+        /// The kinds the client knows.
+        known: Vec<String>,
+    },
+    /// The operation needs a snapshot that keeps generations (a
+    /// deduplicated one), and this sandbox's does not.
+    #[error("snapshot {id} is a {kind} snapshot, which keeps one archive, not generations (a deduplicated snapshot keeps them)")]
+    NoGenerations {
+        /// The snapshot.
+        id: String,
+        /// Its kind.
+        kind: String,
+    },
+    /// The sandbox must be started first.
+    #[error("the sandbox is not started; call start first")]
+    NotStarted,
+    /// The state could not be saved (see [`SandboxOptions::state_sink`]).
+    #[error("saving the sandbox state failed")]
+    SaveState(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The saved state is inconsistent or unreadable.
+    #[error("the sandbox state is unreadable: {problem}")]
+    CorruptState {
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The state records a snapshot kind this build does not know.
+    #[error("unknown snapshot kind {kind:?} in the sandbox state")]
+    UnknownSnapshotKind {
+        /// The kind.
+        kind: String,
+    },
+    /// The snapshot was given as an object (a remote client, a custom
+    /// snapshot, a plugin loaded from memory), which the state cannot
+    /// record: pass the same [`SnapshotSpec`] to resume again.
+    #[error("this sandbox's {kind} snapshot was given as an object, not a manifest file, so its state cannot recreate it: pass the same SnapshotSpec to SandboxClient::resume")]
+    SnapshotNotRecorded {
+        /// The snapshot's kind.
+        kind: String,
+    },
+    /// A snapshot spec that cannot be honoured as written.
+    #[error("{0}")]
+    SnapshotSpec(String),
+    /// A plugin of one world was given where another is needed.
+    #[error("{plugin} is a {is}, but this snapshot needs a {needs}")]
+    PluginWorld {
+        /// The plugin.
+        plugin: String,
+        /// Its world.
+        is: &'static str,
+        /// The world needed.
+        needs: &'static str,
+    },
+    /// A snapshot broke its contract with the lifecycle (it stopped
+    /// reading the archive early, or does not record what it stored).
+    #[error("snapshot {id} misbehaved: {problem}")]
+    SnapshotContract {
+        /// The snapshot.
+        id: String,
+        /// What it did.
+        problem: &'static str,
+    },
+    /// `stop` on a sandbox whose workspace was never set up.
+    #[error(
+        "the workspace was never set up, so there is nothing to persist; start the sandbox first"
+    )]
+    NeverSetUp,
+    /// An older generation can only be selected once the workspace is
+    /// gone (see [`Sandbox::select_generation`]).
+    #[error("the workspace is still there; shut the sandbox down first (its unsaved changes would be mixed with the older generation)")]
+    WorkspaceStillThere,
+    /// The generation asked for is not kept.
+    #[error("generation {number} of snapshot {id} is not kept (kept: {kept})")]
+    GenerationNotKept {
+        /// The snapshot.
+        id: String,
+        /// The generation asked for.
+        number: u64,
+        /// The generations kept.
+        kept: String,
+    },
+    /// A task of the lifecycle (the archive filter) failed to finish.
+    #[error("the {task} task failed")]
+    Task {
+        /// Which task.
+        task: &'static str,
+        /// Why (a panic or a cancellation).
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// The store sent more bytes than the snapshot holds: reading stopped
+    /// there, nothing was extracted.
+    #[error("snapshot {id}: the store sent more than the {limit} bytes {why}; reading stopped and nothing was extracted (the store is misbehaving or holds another archive)")]
+    SnapshotOverrun {
+        /// The snapshot.
+        id: String,
+        /// The cap that was hit.
+        limit: u64,
+        /// Where the cap came from.
+        why: &'static str,
+    },
+    /// An archive given to hydrate is larger than the archive limit.
+    #[error("the archive is larger than {limit} bytes (ArchiveLimits); nothing was extracted")]
+    ArchiveTooLarge {
+        /// The cap that was hit.
+        limit: u64,
+    },
+    /// A stop was refused because the workspace did not come from the
+    /// snapshot it would replace.
+    #[error("refusing to persist over snapshot {id}: {reason}. The snapshot was left as it was; starting the sandbox restores it")]
+    LineageMismatch {
+        /// The snapshot that was protected.
+        id: String,
+        /// What happened.
+        reason: String,
+    },
+    /// A sandbox cannot move to another place (see
+    /// [`SandboxClient::move_to`]); nothing was changed.
+    #[error("cannot move the sandbox to {target}: {reason}")]
+    Move {
+        /// Where it was to move to.
+        target: String,
+        /// Why not, and what to do.
+        reason: String,
+    },
+    /// Host-side file work (spooling) failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// `close` failed: the stop error, and the shutdown error if shutdown
+    /// failed too (shutdown always runs).
+    #[error("close failed: stop: {stop}{}", shutdown.as_ref().map(|s| format!("; shutdown: {s}")).unwrap_or_default())]
+    Close {
+        /// Why stop failed.
+        stop: Box<SandboxError>,
+        /// Why shutdown failed, if it did.
+        shutdown: Option<Box<SandboxError>>,
+    },
+}
+
+impl From<StorageError> for SandboxError {
+    fn from(e: StorageError) -> Self {
+        SandboxError::Store(e.into())
+    }
+}
