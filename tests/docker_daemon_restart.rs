@@ -76,6 +76,7 @@ fn restart_dockerd(pid: u32) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemon_restart_mid_session_is_survived() {
+    let _daemon = berth_tests::DOCKERD.write().await;
     let allowed = std::env::var_os("BERTH_ALLOW_DOCKERD_RESTART").is_some()
         || std::path::Path::new("/tmp/berth-dockerd.log").exists();
     let Some(pid) = dockerd_pid().filter(|_| allowed) else {

@@ -36,6 +36,7 @@ async fn new_sandbox(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_and_paused_containers_are_brought_back() {
+    let _daemon = berth_tests::DOCKERD.read().await;
     let Some(docker) = docker_or_skip("killed_and_paused_containers_are_brought_back").await else {
         return;
     };
@@ -75,6 +76,7 @@ async fn killed_and_paused_containers_are_brought_back() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_command_ignoring_sigterm_is_still_gone_after_its_timeout() {
+    let _daemon = berth_tests::DOCKERD.read().await;
     let Some(_docker) =
         docker_or_skip("a_command_ignoring_sigterm_is_still_gone_after_its_timeout").await
     else {
@@ -106,6 +108,7 @@ async fn a_command_ignoring_sigterm_is_still_gone_after_its_timeout() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_oom_killer_gives_a_clear_result() {
+    let _daemon = berth_tests::DOCKERD.read().await;
     let Some(_docker) = docker_or_skip("the_oom_killer_gives_a_clear_result").await else {
         return;
     };
@@ -133,6 +136,7 @@ async fn the_oom_killer_gives_a_clear_result() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn thirty_two_sandboxes_at_once_without_cross_talk() {
+    let _daemon = berth_tests::DOCKERD.read().await;
     let Some(docker) = docker_or_skip("thirty_two_sandboxes_at_once_without_cross_talk").await
     else {
         return;

@@ -419,3 +419,8 @@ pub fn fs_store_manifest(dir: &Path, store: &Path) -> PathBuf {
     .unwrap();
     manifest
 }
+
+/// Held for writing while a test restarts dockerd, for reading by the
+/// Docker tests of the same binary (`faults`), so none of them runs while
+/// the daemon is away.
+pub static DOCKERD: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());

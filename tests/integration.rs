@@ -1,0 +1,30 @@
+//! The integration tests, one binary (one link of wasmtime), each former
+//! test file a module. Tests that restart shared daemons or kill store
+//! nodes live in `faults.rs`, run as a binary of their own after this one.
+
+#[path = "agent.rs"]
+mod agent;
+#[path = "cli.rs"]
+mod cli;
+#[path = "conformance.rs"]
+mod conformance;
+#[path = "custom_backend.rs"]
+mod custom_backend;
+#[path = "dedup.rs"]
+mod dedup;
+#[path = "docker.rs"]
+mod docker;
+#[path = "engines.rs"]
+mod engines;
+#[path = "examples.rs"]
+mod examples;
+#[path = "hostile_archives.rs"]
+mod hostile_archives;
+#[path = "lifecycle.rs"]
+mod lifecycle;
+#[path = "nothing_lost.rs"]
+mod nothing_lost;
+#[path = "plugin_host.rs"]
+mod plugin_host;
+#[path = "round_trip.rs"]
+mod round_trip;
