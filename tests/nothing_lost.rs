@@ -337,7 +337,7 @@ async fn stop_refuses_a_workspace_that_replaced_the_one_it_set_up() {
         matches!(err, SandboxError::LineageMismatch { .. }),
         "{err:?}"
     );
-    assert!(text.contains("berth start"), "{text}");
+    assert!(text.contains("starting the sandbox restores it"), "{text}");
     assert_eq!(
         std::fs::read(dir.path().join("snaps/guarded.tar")).unwrap(),
         good,

@@ -123,6 +123,41 @@ fn setup(_root: &Path) -> Result<()> {
     }
 }
 
+/// The ids of the containers with Berth's session label.
+fn berth_containers() -> Vec<String> {
+    output(Command::new("docker").args([
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        "label=berth.session",
+    ]))
+    .map(|ids| ids.split_whitespace().map(str::to_string).collect())
+    .unwrap_or_default()
+}
+
+/// Removes the Berth containers that appeared during the run and are still
+/// there (a failed assertion skips a test's shutdown); those that were
+/// there before (a user's sandboxes) are left alone. Says how many.
+fn sweep_test_containers(before: &[String]) {
+    let left: Vec<String> = berth_containers()
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect();
+    if left.is_empty() {
+        return;
+    }
+    eprintln!(
+        "xtask: removing {} container(s) the tests left behind",
+        left.len()
+    );
+    let _ = Command::new("docker")
+        .args(["rm", "-f"])
+        .args(&left)
+        .stdout(std::process::Stdio::null())
+        .status();
+}
+
 fn berth_binary(root: &Path) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -161,12 +196,14 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     // Tests that skip (no engine, no store) say so in this file; libtest
     // hides their stderr, so the summary below is where a skip shows.
     let skips = root.join("target").join("berth-skips.log");
+    let before = berth_containers();
     let _ = std::fs::remove_file(&skips);
     let tested = run(Command::new("cargo")
         .current_dir(root)
         .env("BERTH_SKIP_LOG", &skips)
         .args(["test", "--workspace"])
         .args(extra));
+    sweep_test_containers(&before);
     let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
     if skipped.trim().is_empty() {
         eprintln!("xtask: no test skipped");

@@ -426,7 +426,17 @@ impl Suite<'_> {
             let state = sb.state();
             self.backend.inflict(disaster, &state).await?;
             let mut again = self.resume(&state).await?;
-            let branch = Self::start(&mut again, RESTORED).await;
+            // A stopped instance keeps its files, so reusing them is as
+            // right as restoring; either way they must be identical.
+            let branch = Self::start(
+                &mut again,
+                &[
+                    StartBranch::Reuse,
+                    StartBranch::Restore,
+                    StartBranch::Rebuild { restored: true },
+                ],
+            )
+            .await;
             let after = run(&again, LISTING).await;
             let task = expect_out(&again, "cat task.md cache/token", "the task\nephemeral\n").await;
             *sb = again;

@@ -162,6 +162,16 @@ pub enum SandboxError {
         /// What happened.
         reason: String,
     },
+    /// A sandbox cannot move because its snapshot is kept where only this
+    /// host can read it (a local directory) or nowhere (noop); nothing was
+    /// changed.
+    #[error("cannot move the sandbox to {target}: its {kind} snapshot is kept where only this host can read it; a sandbox that moves needs a shared store, such as a remote snapshot plugin (the s3-store)")]
+    NotPortable {
+        /// Where it was to move to.
+        target: String,
+        /// The snapshot's kind.
+        kind: String,
+    },
     /// A sandbox cannot move to another place (see
     /// [`SandboxClient::move_to`]); nothing was changed.
     #[error("cannot move the sandbox to {target}: {reason}")]

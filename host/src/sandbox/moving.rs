@@ -81,11 +81,10 @@ impl SandboxClient {
         }
         let (bound, _, _) = self.bind_existing(&state, snapshot.clone(), None).await?;
         if !bound.portable() {
-            return Err(refuse(format!(
-                "its {} snapshot is kept where only this host can read it; a sandbox that moves needs a shared store: \
-                 create it with a remote snapshot (e.g. the s3-store plugin)",
-                bound.kind()
-            )));
+            return Err(SandboxError::NotPortable {
+                target: place,
+                kind: bound.kind().to_string(),
+            });
         }
         drop(bound);
         // Orphans whose places answer go first: one left at the target

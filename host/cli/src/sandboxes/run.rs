@@ -49,7 +49,18 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                     None,
                     options(&home, name, saved.compression, saved.freeze),
                 )
-                .await?;
+                .await
+                .map_err(|e| {
+                    let portable = matches!(e, berth::SandboxError::NotPortable { .. });
+                    let e = anyhow::Error::new(e);
+                    if portable {
+                        e.context(format!(
+                            "{name} stays where it is; a sandbox that moves is created with `berth create {name} --snapshot remote:MANIFEST` (e.g. the s3-store plugin)"
+                        ))
+                    } else {
+                        e
+                    }
+                })?;
             saved.state = moved.state();
             save(&home, &saved)?;
             for orphan in &saved.state.orphans {
@@ -161,7 +172,17 @@ pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
     };
     saved.state = sandbox.state();
     save(&home, &saved)?;
-    result?;
+    if let Err(e) = result {
+        let refused = matches!(e, berth::SandboxError::LineageMismatch { .. });
+        let e = anyhow::Error::new(e);
+        return Err(if refused {
+            e.context(format!(
+                "stopping {name} was refused to protect its snapshot; `berth start {name}` restores the snapshot into the sandbox"
+            ))
+        } else {
+            e
+        });
+    }
     let s = &saved.state.snapshot;
     match (&s.digest, s.size) {
         (Some(digest), Some(size)) => println!(
