@@ -363,6 +363,12 @@ async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
         .await
         .err()
         .expect("must fail");
+    match &err {
+        berth::sandbox::SandboxError::Backend(berth::backend::BackendError::Unreachable {
+            ..
+        }) => {}
+        other => panic!("expected an unreachable engine, got {other:?}"),
+    }
     assert!(
         err.to_string().contains("cannot reach the Docker engine"),
         "{err}"

@@ -206,6 +206,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
         .await
         .err()
         .unwrap();
+    assert!(matches!(err, SandboxError::Spec(_)), "{err:?}");
     assert!(err.to_string().contains("absolute"), "{err}");
 }
 

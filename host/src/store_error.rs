@@ -77,7 +77,7 @@ pub enum FormatError {
     #[error("it is format version {0}; this build reads version {v} (upgrade Berth)", v = crate::snapshot::FORMAT_VERSION)]
     Version(u32),
     /// The object is not in the store, though the snapshot needs it.
-    #[error("it is missing from the store (removed behind Berth's back?); restore another generation with `--snapshot-generation`, or start afresh")]
+    #[error("it is missing from the store (removed behind Berth's back?); restore another kept generation, or start afresh")]
     Missing,
     /// A chunk's bytes do not hash to its id.
     #[error("chunk {0} does not hash to its id")]

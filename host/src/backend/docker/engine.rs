@@ -236,7 +236,7 @@ fn advice(engine: &Engine, why: &str) -> String {
         _ if engine.endpoint.starts_with("unix://") || engine.endpoint.starts_with('/') => {
             "start dockerd, or name another engine (DOCKER_HOST, a Docker context)".into()
         }
-        _ => "check that the engine runs and listens there, or name another engine with --engine or DOCKER_HOST".into(),
+        _ => "check that the engine runs and listens there, or name another engine (DOCKER_HOST, a Docker context)".into(),
     }
 }
 
