@@ -58,8 +58,8 @@ async fn commands_run_through_one_agent_session_with_streams_codes_and_caps() {
     assert_eq!(
         (
             r.exit_code,
-            r.stdout.as_str(),
-            r.stderr.as_str(),
+            r.stdout_text().as_ref(),
+            r.stderr_text().as_ref(),
             r.timed_out
         ),
         (3, "out\nno newline", "err\n", false)
@@ -109,7 +109,7 @@ async fn commands_run_through_one_agent_session_with_streams_codes_and_caps() {
     req.env.insert("WHO".into(), "agent".into());
     let r = sb.exec(req).await.unwrap();
     assert_eq!(
-        (r.stdout.as_str(), r.exit_code),
+        (r.stdout_text().as_ref(), r.exit_code),
         ("agent\n/workspace\n", 137)
     );
     // Many at once: each waits until all have started.
@@ -125,7 +125,10 @@ async fn commands_run_through_one_agent_session_with_streams_codes_and_caps() {
     let results = futures::future::join_all(runs).await;
     for (i, r) in results.into_iter().enumerate() {
         let r = r.unwrap();
-        assert_eq!((r.exit_code, r.stdout.trim()), (0, i.to_string().as_str()));
+        assert_eq!(
+            (r.exit_code, r.stdout_text().trim()),
+            (0, i.to_string().as_str())
+        );
     }
     sb.shutdown().await.unwrap();
 }
@@ -165,7 +168,7 @@ async fn timeout_leaves_nothing_running(agent: bool) {
         .unwrap();
     assert!(r.timed_out, "{r:?}");
     assert_eq!(r.exit_code, 124);
-    assert!(r.stdout.contains("started"), "{r:?}");
+    assert!(r.stdout_text().contains("started"), "{r:?}");
     // Everything is gone (give the engine a moment to reap).
     let mut left = String::new();
     for _ in 0..50 {

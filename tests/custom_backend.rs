@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use berth::backend::{
     ArchiveStream, Backend, BackendError, BackendOptions, BackendProvider, BackendState,
-    BackendSummary, CreateContext, ExecRequest, ExecResult, Provisioned,
+    BackendSummary, CreateContext, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecProcess,
+    ExecRequest, Provisioned,
 };
 use berth::sandbox::{
     BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
@@ -134,14 +135,27 @@ impl Backend for DirBackend {
         Ok(())
     }
 
-    /// Runs the command in its own process group, killed whole at the
-    /// timeout; output is capped as the request says.
-    async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
+    /// Runs the command in its own process group, its output streamed as
+    /// events; the timeout, or a reader that drops the process, kills the
+    /// whole group.
+    async fn spawn(&self, request: ExecRequest) -> Result<ExecProcess, BackendError> {
+        if request.pty.is_some() || request.session.is_some() {
+            return Err(BackendError::Unsupported {
+                backend: "dir backend",
+                what: "run on a terminal or in a session",
+                why: "it runs plain pipes".into(),
+            });
+        }
         let started = std::time::Instant::now();
         let mut child = tokio::process::Command::new("sh")
             .args(["-c", &request.command])
             .current_dir(&self.state.dir)
             .envs(&request.env)
+            .stdin(if request.stdin {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .process_group(0)
@@ -149,48 +163,81 @@ impl Backend for DirBackend {
             .spawn()
             .map_err(|e| failed("exec", e))?;
         let pgid = child.id().unwrap_or(0);
-        let mut stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let read = async {
-            let (mut out, mut err) = (Vec::new(), Vec::new());
-            let (a, b) = tokio::join!(
-                tokio::io::AsyncReadExt::read_to_end(&mut stdout, &mut out),
-                tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut err)
-            );
-            a.and(b).map(|_| (out, err))
+        let kill_group = move || {
+            let _ = std::process::Command::new("kill")
+                .args(["-s", "KILL", "--", &format!("-{pgid}")])
+                .status();
         };
-        let (timed_out, (out, err)) = match tokio::time::timeout(request.timeout, read).await {
-            Ok(read) => (false, read.map_err(|e| failed("reading output", e))?),
-            Err(_) => {
-                // The whole group: whatever the command started dies too.
-                let _ = std::process::Command::new("kill")
-                    .args(["-s", "KILL", "--", &format!("-{pgid}")])
-                    .status();
-                (true, (Vec::new(), Vec::new()))
-            }
+        let (process, driver) = ExecProcess::channel();
+        let ExecDriver { events, mut input } = driver;
+        let mut stdin = child.stdin.take();
+        let pump = |mut from: Box<dyn tokio::io::AsyncRead + Send + Unpin>, stdout: bool| {
+            let events = events.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                loop {
+                    let n = match tokio::io::AsyncReadExt::read(&mut from, &mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    let chunk = bytes::Bytes::copy_from_slice(&buf[..n]);
+                    let event = if stdout {
+                        ExecEvent::Stdout(chunk)
+                    } else {
+                        ExecEvent::Stderr(chunk)
+                    };
+                    if events.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+            })
         };
-        let status = child.wait().await.map_err(|e| failed("waiting", e))?;
-        let cap = |mut bytes: Vec<u8>, limit: usize| {
-            let dropped = bytes.len().saturating_sub(limit) as u64;
-            bytes.truncate(limit);
-            (String::from_utf8_lossy(&bytes).into_owned(), dropped)
-        };
-        let (stdout, stdout_dropped) = cap(out, request.stdout_cap);
-        let (stderr, stderr_dropped) = cap(err, request.stderr_cap);
-        Ok(ExecResult {
-            exit_code: if timed_out {
-                124
-            } else {
-                status.code().unwrap_or(-1)
-            },
-            stdout,
-            stderr,
-            truncated: stdout_dropped + stderr_dropped > 0,
-            stdout_dropped,
-            stderr_dropped,
-            timed_out,
-            duration_ms: started.elapsed().as_millis() as u64,
-        })
+        let out = pump(Box::new(child.stdout.take().unwrap()), true);
+        let err = pump(Box::new(child.stderr.take().unwrap()), false);
+        let timeout = request.timeout;
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + timeout;
+            let finished = async {
+                let status = child.wait().await;
+                let _ = out.await;
+                let _ = err.await;
+                status
+            };
+            tokio::pin!(finished);
+            let status = loop {
+                tokio::select! {
+                    s = &mut finished => break Some(s),
+                    _ = tokio::time::sleep_until(deadline) => break None,
+                    _ = events.closed() => {
+                        kill_group();
+                        return;
+                    }
+                    msg = input.recv() => match msg {
+                        Some(ExecInput::Stdin(b)) => {
+                            if let Some(w) = stdin.as_mut() {
+                                let _ = tokio::io::AsyncWriteExt::write_all(w, &b).await;
+                            }
+                        }
+                        Some(ExecInput::CloseStdin) => stdin = None,
+                        Some(_) => {}
+                        None => {}
+                    },
+                }
+            };
+            let exit = match status {
+                Some(Ok(s)) => ExecExit::new(s.code().unwrap_or(-1), false, started.elapsed()),
+                Some(Err(e)) => {
+                    let _ = events.send(Err(failed("waiting", e))).await;
+                    return;
+                }
+                None => {
+                    kill_group();
+                    ExecExit::new(124, true, started.elapsed())
+                }
+            };
+            let _ = events.send(Ok(ExecEvent::Exit(exit))).await;
+        });
+        Ok(process)
     }
 
     async fn read_archive(&self, exclude: &[PathBuf]) -> Result<ArchiveStream, BackendError> {

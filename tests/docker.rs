@@ -152,7 +152,7 @@ async fn timeout_kills_the_process_inside_the_container() {
     assert!(r.timed_out);
     assert_eq!(r.exit_code, 124);
     assert!(
-        r.stdout.contains("started"),
+        r.stdout_text().contains("started"),
         "output before the timeout is kept: {r:?}"
     );
     assert!(t.elapsed() < Duration::from_secs(10));
@@ -173,7 +173,7 @@ async fn timeout_kills_the_process_inside_the_container() {
             r.exit_code,
             r.stdout.len(),
             r.stdout_dropped,
-            r.stderr.as_str()
+            r.stderr_text().as_ref()
         ),
         (3, 1000, 199_000, "e\n")
     );

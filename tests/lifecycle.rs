@@ -37,8 +37,8 @@ async fn run(sandbox: &Sandbox, cmd: &str) -> String {
         .exec(ExecRequest::new(cmd, Duration::from_secs(30)))
         .await
         .unwrap();
-    assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr);
-    r.stdout
+    assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr_text());
+    r.stdout_text().into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -264,8 +264,8 @@ pub async fn sh(sb: &berth::sandbox::Sandbox, cmd: &str) -> String {
         ))
         .await
         .unwrap();
-    assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr);
-    r.stdout
+    assert_eq!(r.exit_code, 0, "{cmd}: {}", r.stderr_text());
+    r.stdout_text().into_owned()
 }
 
 /// Resumes `state` the way a fresh process would: through its JSON text

@@ -36,9 +36,9 @@ async fn sh(sandbox: &Sandbox, cmd: &str) -> anyhow::Result<String> {
         .exec(ExecRequest::new(cmd, Duration::from_secs(60)))
         .await?;
     if r.exit_code != 0 {
-        bail!("`{cmd}` exited {}: {}", r.exit_code, r.stderr);
+        bail!("`{cmd}` exited {}: {}", r.exit_code, r.stderr_text());
     }
-    Ok(r.stdout)
+    Ok(r.stdout_text().into_owned())
 }
 
 fn step(n: u32, text: &str) {

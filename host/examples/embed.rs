@@ -39,6 +39,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .resume(state, snapshot, SandboxOptions::default())
         .await?;
     sandbox.start().await?; // restored from the plugin's store
-    print!("{}", sandbox.exec(run("cat task.md")).await?.stdout);
+    print!("{}", sandbox.exec(run("cat task.md")).await?.stdout_text());
     Ok(())
 }

@@ -69,8 +69,8 @@ pub use backend::{Backend, BackendError, BackendState, ExecRequest, ExecResult};
 pub use plugin::{Plugin, PluginError, PluginHost, PluginManifest};
 pub use remote_client::RemoteSnapshotClient;
 pub use sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
-    SnapshotSpec, StartBranch,
+    BackendSpec, DetachRequest, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxSpec,
+    SandboxState, SnapshotSpec, StartBranch,
 };
 pub use snapshot::SandboxSnapshot;
 pub use snapshot_id::{SnapshotId, SnapshotIdError};

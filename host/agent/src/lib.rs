@@ -7,10 +7,19 @@
 //! does not decode ends the session with an error, since nothing after it
 //! can be trusted to be in step.
 //!
-//! The host sends [`Kind::Run`] (a [`RunRequest`]) and [`Kind::Kill`]; the
-//! agent answers [`Kind::Hello`] once, then per command any number of
-//! [`Kind::Stdout`] and [`Kind::Stderr`] chunks and one [`Kind::Exit`] (an
-//! [`ExitReport`]) or [`Kind::Error`].
+//! The host sends [`Kind::Run`] (a [`RunRequest`]), then for a command that
+//! asked for stdin any number of [`Kind::Stdin`] chunks (an empty one is the
+//! end of stdin), and at any time [`Kind::Kill`], [`Kind::Signal`] and, for
+//! a command on a terminal, [`Kind::Resize`]. The agent answers
+//! [`Kind::Hello`] once, then per command any number of [`Kind::Stdout`]
+//! and [`Kind::Stderr`] chunks, a [`Kind::StdinAck`] per stdin chunk it has
+//! handed to the command (the host keeps at most [`STDIN_WINDOW`] chunks
+//! unacknowledged, so neither side buffers more), and one [`Kind::Exit`]
+//! (an [`ExitReport`]) or [`Kind::Error`].
+//!
+//! The same binary, run with arguments, is the sandbox's tool for files
+//! (`berth-agent fs …`) and background processes (`berth-agent proc …`);
+//! see its `--help`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -18,7 +27,7 @@
 use std::io::{self, Write};
 
 /// The protocol version the agent announces in its hello.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The largest frame either side accepts (length field included).
 pub const MAX_FRAME: usize = 1 << 20;
@@ -29,6 +38,10 @@ pub const CHUNK: usize = 64 * 1024;
 /// Where the host puts the agent in a container.
 pub const AGENT_PATH: &str = "/.berth/agent";
 
+/// Stdin chunks the host may have sent that the agent has not yet
+/// acknowledged with [`Kind::StdinAck`].
+pub const STDIN_WINDOW: usize = 16;
+
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -37,6 +50,14 @@ pub enum Kind {
     Run = 1,
     /// Host → agent: kill a command and everything it started.
     Kill = 2,
+    /// Host → agent: a chunk of a command's stdin; empty: the end of it.
+    Stdin = 3,
+    /// Host → agent: a terminal's new size (rows and columns, two
+    /// big-endian `u16`s).
+    Resize = 4,
+    /// Host → agent: send a signal (a big-endian `i32`) to the command's
+    /// process group.
+    Signal = 5,
     /// Agent → host: ready; the payload is [`VERSION`].
     Hello = 10,
     /// Agent → host: a chunk of a command's stdout.
@@ -47,6 +68,8 @@ pub enum Kind {
     Exit = 13,
     /// Agent → host: a command could not run; the payload is the reason.
     Error = 14,
+    /// Agent → host: one stdin chunk was handed to the command.
+    StdinAck = 15,
 }
 
 impl Kind {
@@ -54,11 +77,15 @@ impl Kind {
         Some(match b {
             1 => Kind::Run,
             2 => Kind::Kill,
+            3 => Kind::Stdin,
+            4 => Kind::Resize,
+            5 => Kind::Signal,
             10 => Kind::Hello,
             11 => Kind::Stdout,
             12 => Kind::Stderr,
             13 => Kind::Exit,
             14 => Kind::Error,
+            15 => Kind::StdinAck,
             _ => return None,
         })
     }
@@ -233,6 +260,17 @@ impl<'a> Reader<'a> {
         a.copy_from_slice(b);
         Ok(u64::from_be_bytes(a))
     }
+    fn u16(&mut self) -> Result<u16, ProtocolError> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn flag(&mut self) -> Result<bool, ProtocolError> {
+        match self.take(1)?[0] {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(ProtocolError::BadPayload(self.what)),
+        }
+    }
     fn u32(&mut self) -> Result<u32, ProtocolError> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -269,6 +307,13 @@ pub struct RunRequest {
     /// A persistent shell session to run in (its working directory and
     /// exported variables carry over between its commands); empty: none.
     pub session: String,
+    /// Whether the host streams stdin ([`Kind::Stdin`]); otherwise the
+    /// command's stdin is empty.
+    pub stdin: bool,
+    /// Runs the command on a new terminal of this many rows and columns
+    /// (stdout carries the terminal's output, stderr nothing); `(0, 0)`:
+    /// no terminal, pipes.
+    pub pty: (u16, u16),
 }
 
 impl RunRequest {
@@ -286,6 +331,9 @@ impl RunRequest {
         w.u64(self.stdout_cap);
         w.u64(self.stderr_cap);
         w.bytes(self.session.as_bytes());
+        w.0.push(self.stdin as u8);
+        w.0.extend_from_slice(&self.pty.0.to_be_bytes());
+        w.0.extend_from_slice(&self.pty.1.to_be_bytes());
         w.0
     }
 
@@ -310,6 +358,8 @@ impl RunRequest {
             stdout_cap: r.u64()?,
             stderr_cap: r.u64()?,
             session: r.string()?,
+            stdin: r.flag()?,
+            pty: (r.u16()?, r.u16()?),
         };
         r.end()?;
         Ok(req)
@@ -347,11 +397,7 @@ impl ExitReport {
             what: "exit",
         };
         let code = r.u32()? as i32;
-        let timed_out = match r.take(1)?[0] {
-            0 => false,
-            1 => true,
-            _ => return Err(ProtocolError::BadPayload("exit")),
-        };
+        let timed_out = r.flag()?;
         let report = ExitReport {
             code,
             timed_out,
@@ -361,6 +407,35 @@ impl ExitReport {
         r.end()?;
         Ok(report)
     }
+}
+
+/// The payload of a [`Kind::Resize`] frame.
+pub fn encode_size(rows: u16, cols: u16) -> Vec<u8> {
+    let mut v = rows.to_be_bytes().to_vec();
+    v.extend_from_slice(&cols.to_be_bytes());
+    v
+}
+
+/// Decodes a [`Kind::Resize`] payload.
+pub fn decode_size(payload: &[u8]) -> Result<(u16, u16), ProtocolError> {
+    let mut r = Reader {
+        rest: payload,
+        what: "resize",
+    };
+    let size = (r.u16()?, r.u16()?);
+    r.end()?;
+    Ok(size)
+}
+
+/// Decodes a [`Kind::Signal`] payload.
+pub fn decode_signal(payload: &[u8]) -> Result<i32, ProtocolError> {
+    let mut r = Reader {
+        rest: payload,
+        what: "signal",
+    };
+    let sig = r.u32()? as i32;
+    r.end()?;
+    Ok(sig)
 }
 
 #[cfg(test)]
@@ -377,6 +452,8 @@ mod tests {
             stdout_cap: 10,
             stderr_cap: 20,
             session: "s1".into(),
+            stdin: true,
+            pty: (24, 80),
         };
         let frames = [
             Frame::new(Kind::Run, 7, req.encode()),

@@ -172,7 +172,7 @@ pub(super) async fn sh(sb: &Sandbox, cmd: &str) -> anyhow::Result<()> {
         .exec(ExecRequest::new(cmd, Duration::from_secs(120)))
         .await?;
     if r.exit_code != 0 {
-        bail!("{cmd}: {}", r.stderr);
+        bail!("{cmd}: {}", r.stderr_text());
     }
     Ok(())
 }

@@ -24,8 +24,59 @@ enum Command {
     Create(Box<sandboxes::CreateArgs>),
     /// Start a sandbox: reuse, rebuild or restore its workspace.
     Start(sandboxes::StartArgs),
-    /// Run a shell command in a sandbox; its exit code becomes berth's.
+    /// Run a shell command in a sandbox, its output streamed as it comes;
+    /// its exit code becomes berth's. With --detach, in the background.
     Exec(sandboxes::ExecArgs),
+    /// List a sandbox's background processes.
+    Ps {
+        /// Sandbox name.
+        name: String,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a background process's output (what its log ring keeps).
+    Logs(sandboxes::LogsArgs),
+    /// Send a background process a signal.
+    Kill {
+        /// Sandbox name.
+        name: String,
+        /// The background process's id.
+        id: String,
+        /// The signal (TERM, KILL, INT, HUP, … or a number).
+        #[arg(long, short, default_value = "TERM")]
+        signal: String,
+    },
+    /// Wait for a background process to exit; its exit code becomes berth's.
+    Wait {
+        /// Sandbox name.
+        name: String,
+        /// The background process's id.
+        id: String,
+    },
+    /// An interactive shell (or COMMAND) in a sandbox, on a terminal.
+    Shell {
+        /// Sandbox name.
+        name: String,
+        /// A command instead of the shell.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Copy files or trees between this host and a sandbox
+    /// (`berth cp ./in box:/workspace/in`, `berth cp box:out.csv .`).
+    Cp {
+        /// Where from: a host path, or NAME:PATH.
+        from: String,
+        /// Where to: a host path, or NAME:PATH.
+        to: String,
+    },
+    /// Single-file operations in a sandbox's workspace, binary-safe.
+    Files {
+        /// Sandbox name.
+        name: String,
+        #[command(subcommand)]
+        command: sandboxes::FilesCommand,
+    },
     /// Persist the workspace into its snapshot (destroys nothing).
     Stop {
         /// Sandbox name.
@@ -120,6 +171,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Create(a) => sandboxes::create(*a).await,
         Command::Start(a) => sandboxes::start(a).await,
         Command::Exec(a) => sandboxes::exec(a).await,
+        Command::Ps { name, json } => sandboxes::ps(&name, json).await,
+        Command::Logs(a) => sandboxes::logs(a).await,
+        Command::Kill { name, id, signal } => sandboxes::kill(&name, &id, &signal).await,
+        Command::Wait { name, id } => sandboxes::wait(&name, &id).await,
+        Command::Shell { name, command } => sandboxes::shell(&name, &command).await,
+        Command::Cp { from, to } => sandboxes::cp(&from, &to).await,
+        Command::Files { name, command } => sandboxes::files(&name, command).await,
         Command::Stop { name } => sandboxes::stop(&name).await,
         Command::Rm {
             name,

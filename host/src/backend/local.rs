@@ -6,19 +6,12 @@
 //! Each command runs in its own process group, so a timeout kills
 //! everything it started.
 
-use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::Instant;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncReadExt;
 
-use super::exec::{CappedBuffer, TIMEOUT_EXIT_CODE};
 use super::Provisioned;
-use super::{
-    ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, OutputCallback, OutputStream,
-};
+use super::{ArchiveStream, Backend, BackendError, ExecProcess, ExecRequest, SandboxHelper};
 use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
 
@@ -35,6 +28,30 @@ pub struct LocalState {
     /// Whether shutdown may delete it.
     #[serde(default = "yes")]
     pub owned: bool,
+    /// Where background processes keep their state and logs (outside the
+    /// workspace). `None` in states written before 0.5:
+    /// `<root_dir>.berth-run` beside the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_dir: Option<PathBuf>,
+}
+
+impl LocalState {
+    /// A state for a workspace in `root_dir`, owned by the sandbox.
+    pub fn new(root_dir: impl Into<PathBuf>) -> Self {
+        LocalState {
+            root_dir: root_dir.into(),
+            owned: true,
+            run_dir: None,
+        }
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.run_dir.clone().unwrap_or_else(|| {
+            let mut name = self.root_dir.as_os_str().to_owned();
+            name.push(".berth-run");
+            PathBuf::from(name)
+        })
+    }
 }
 
 fn yes() -> bool {
@@ -72,6 +89,7 @@ impl super::BackendOptions for LocalOptions {
         Ok(Box::new(LocalBackend::new(LocalState {
             root_dir,
             owned: true,
+            run_dir: Some(context.home.join("run").join(context.session_id)),
         })))
     }
 }
@@ -178,16 +196,38 @@ impl Backend for LocalBackend {
             .map_err(|e| Self::op_error("creating the workspace root", e))
     }
 
-    async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
+    async fn spawn(&self, request: ExecRequest) -> Result<ExecProcess, BackendError> {
         if let Some(name) = &request.session {
-            return Err(BackendError::Config {
-                backend: "local backend",
-                message: format!(
-                    "shell session {name:?}: the local backend runs every command in a fresh shell; sessions need the Docker backend's agent"
+            return Err(BackendError::Unsupported {
+                backend: BACKEND,
+                what: "keep shell sessions",
+                why: format!(
+                    "shell session {name:?}: every command runs in a fresh shell here; sessions need the Docker backend's agent"
                 ),
             });
         }
-        run_local(&self.state.root_dir, request).await
+        super::host_process::spawn(
+            &self.state.root_dir,
+            "sh",
+            &["-c", &request.command],
+            &request,
+        )
+    }
+
+    /// The host's `berth-agent` binary, found as the Docker backend finds
+    /// the agent (`$BERTH_AGENT`, or `berth-agent-static` beside the
+    /// program).
+    async fn helper(&self) -> Result<SandboxHelper, BackendError> {
+        let program = super::helper_binary::path().ok_or_else(|| BackendError::Unsupported {
+            backend: BACKEND,
+            what: "run Berth's helper (files and background processes)",
+            why: "no berth-agent binary: set BERTH_AGENT to one, or put berth-agent-static beside the program".into(),
+        })?;
+        Ok(SandboxHelper {
+            program: program.display().to_string(),
+            workspace_root: self.state.root_dir.display().to_string(),
+            run_dir: self.state.run_dir().display().to_string(),
+        })
     }
 
     async fn read_archive(&self, exclude: &[PathBuf]) -> Result<ArchiveStream, BackendError> {
@@ -211,6 +251,21 @@ impl Backend for LocalBackend {
     }
 
     async fn destroy(&mut self) -> Result<(), BackendError> {
+        // Background processes end with the sandbox.
+        let run_dir = self.state.run_dir();
+        if run_dir.is_dir() {
+            if let Some(program) = super::helper_binary::path() {
+                let _ = tokio::process::Command::new(program)
+                    .arg("proc")
+                    .arg(&run_dir)
+                    .arg("kill-all")
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .status()
+                    .await;
+            }
+            let _ = tokio::fs::remove_dir_all(&run_dir).await;
+        }
         if !self.state.owned {
             tracing::info!(root = %self.state.root_dir.display(), "workspace not owned; leaving it");
             return Ok(());
@@ -253,136 +308,4 @@ impl Backend for LocalBackend {
     fn state(&self) -> Result<crate::backend::BackendState, BackendError> {
         crate::backend::BackendState::encode(KIND, &self.state)
     }
-}
-
-async fn pump_output(
-    mut reader: impl tokio::io::AsyncRead + Unpin,
-    cap: usize,
-    stream: OutputStream,
-    callback: Option<OutputCallback>,
-) -> CappedBuffer {
-    let mut buf = CappedBuffer::new(cap);
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        match reader.read(&mut chunk).await {
-            Ok(0) | Err(_) => return buf,
-            Ok(n) => {
-                if let Some(cb) = &callback {
-                    cb(stream, &chunk[..n]);
-                }
-                buf.push(&chunk[..n]);
-            }
-        }
-    }
-}
-
-fn kill_group(pgid: u32) {
-    // SAFETY: killpg only sends a signal; a stale id fails with ESRCH.
-    unsafe {
-        libc::killpg(pgid as libc::pid_t, libc::SIGKILL);
-    }
-}
-
-/// Runs `sh -c` in `root` in a new process group; the timeout kills the
-/// whole group, including children that outlive the shell.
-async fn run_local(root: &Path, request: ExecRequest) -> Result<ExecResult, BackendError> {
-    let started = Instant::now();
-    let mut child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(&request.command)
-        .current_dir(root)
-        .envs(&request.env)
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| LocalBackend::op_error("starting sh", e))?;
-    let pgid = child.id().unwrap_or(0);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let out_task = tokio::spawn(pump_output(
-        stdout.ok_or_else(|| LocalBackend::op_error("exec", "no stdout pipe"))?,
-        request.stdout_cap,
-        OutputStream::Stdout,
-        request.on_output.clone(),
-    ));
-    let err_task = tokio::spawn(pump_output(
-        stderr.ok_or_else(|| LocalBackend::op_error("exec", "no stderr pipe"))?,
-        request.stderr_cap,
-        OutputStream::Stderr,
-        request.on_output.clone(),
-    ));
-    // The command is done when the shell has exited and its output is
-    // closed (children holding the pipes keep it running).
-    let deadline = tokio::time::Instant::now() + request.timeout;
-    let mut out_task = out_task;
-    let mut err_task = err_task;
-    let mut exit_code = TIMEOUT_EXIT_CODE;
-    let mut timed_out = true;
-    let mut out_done: Option<CappedBuffer> = None;
-    let mut err_done: Option<CappedBuffer> = None;
-    if let Ok(status) = tokio::time::timeout_at(deadline, child.wait()).await {
-        let status = status.map_err(|e| LocalBackend::op_error("waiting for the command", e))?;
-        let outputs_closed = tokio::time::timeout_at(deadline, async {
-            out_done = Some(
-                (&mut out_task)
-                    .await
-                    .unwrap_or_else(|_| CappedBuffer::new(0)),
-            );
-            err_done = Some(
-                (&mut err_task)
-                    .await
-                    .unwrap_or_else(|_| CappedBuffer::new(0)),
-            );
-        })
-        .await;
-        if outputs_closed.is_ok() {
-            exit_code = status
-                .code()
-                .or_else(|| status.signal().map(|s| 128 + s))
-                .unwrap_or(-1);
-            timed_out = false;
-        }
-    }
-    if timed_out && pgid != 0 {
-        kill_group(pgid);
-        let _ = child.kill().await;
-    }
-    // After the kill the pipes close; anything that escaped the group and
-    // still holds them gets a short grace, then its output is abandoned.
-    let grace = std::time::Duration::from_secs(2);
-    let out = match out_done {
-        Some(b) => b,
-        None => match tokio::time::timeout(grace, &mut out_task).await {
-            Ok(Ok(b)) => b,
-            _ => {
-                out_task.abort();
-                CappedBuffer::new(0)
-            }
-        },
-    };
-    let err = match err_done {
-        Some(b) => b,
-        None => match tokio::time::timeout(grace, &mut err_task).await {
-            Ok(Ok(b)) => b,
-            _ => {
-                err_task.abort();
-                CappedBuffer::new(0)
-            }
-        },
-    };
-    let (stdout, stdout_dropped) = out.finish();
-    let (stderr, stderr_dropped) = err.finish();
-    Ok(ExecResult {
-        exit_code,
-        stdout,
-        stderr,
-        truncated: stdout_dropped + stderr_dropped > 0,
-        stdout_dropped,
-        stderr_dropped,
-        timed_out,
-        duration_ms: started.elapsed().as_millis() as u64,
-    })
 }

@@ -5,6 +5,8 @@
 #[cfg(feature = "docker")]
 pub mod docker;
 pub mod exec;
+pub(crate) mod helper_binary;
+mod host_process;
 pub mod local;
 mod provider;
 
@@ -12,7 +14,10 @@ use std::path::PathBuf;
 
 use tokio::io::AsyncRead;
 
-pub use exec::{ExecRequest, ExecResult, OutputCallback, OutputStream};
+pub use exec::{
+    CommandEnded, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecInputSender, ExecProcess,
+    ExecRequest, ExecResult, OutputStream, PtySize,
+};
 pub(crate) use provider::Registry;
 pub use provider::{BackendOptions, BackendProvider, BackendSpec, BackendSummary, CreateContext};
 
@@ -78,6 +83,19 @@ impl BackendState {
     }
 }
 
+/// Where Berth's helper program is inside a sandbox (see
+/// [`Backend::helper`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxHelper {
+    /// The `berth-agent` binary, as a path the sandbox's shell runs.
+    pub program: String,
+    /// The workspace root, as the helper sees it.
+    pub workspace_root: String,
+    /// A directory outside the workspace, kept while the sandbox runs, for
+    /// background processes' state and logs.
+    pub run_dir: String,
+}
+
 /// A tar stream of (or for) a workspace.
 pub type ArchiveStream = Box<dyn AsyncRead + Send + Unpin>;
 
@@ -132,6 +150,17 @@ pub enum BackendError {
         kind: String,
         /// What is wrong.
         message: String,
+    },
+    /// The backend cannot do this (here, or at all); says why and what to
+    /// do instead.
+    #[error("{backend} cannot {what}: {why}")]
+    Unsupported {
+        /// Which backend.
+        backend: &'static str,
+        /// What was asked.
+        what: &'static str,
+        /// Why not, and what to do.
+        why: String,
     },
     /// An operation failed; the cause is the source.
     #[error("{backend}: {operation} failed")]
@@ -204,8 +233,34 @@ pub trait Backend: Send + Sync {
     /// Creates an empty workspace root.
     async fn prepare_root(&mut self) -> Result<(), BackendError>;
 
-    /// Runs a shell command in the workspace root.
-    async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError>;
+    /// Starts a shell command in the workspace root and returns it
+    /// running: its output as events as it is produced (uncapped; the
+    /// reader decides what to keep), its stdin and terminal as the request
+    /// asks. Dropping the process kills the command (see
+    /// [`ExecProcess`]'s cancel safety). A backend that cannot honour part
+    /// of the request (a terminal, a session) refuses it with
+    /// [`BackendError::Unsupported`] before anything runs.
+    async fn spawn(&self, request: ExecRequest) -> Result<ExecProcess, BackendError>;
+
+    /// Runs a shell command in the workspace root and collects its output
+    /// under the request's caps. By default, [`Backend::spawn`] then
+    /// [`ExecProcess::collect`].
+    async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
+        let (out, err, tail) = (request.stdout_cap, request.stderr_cap, request.tail_kept);
+        self.spawn(request).await?.collect(out, err, tail).await
+    }
+
+    /// Berth's helper program inside the sandbox (the `berth-agent` binary),
+    /// which the lifecycle runs through [`Backend::spawn`] for files and
+    /// background processes. By default, none: those are
+    /// [`BackendError::Unsupported`].
+    async fn helper(&self) -> Result<SandboxHelper, BackendError> {
+        Err(BackendError::Unsupported {
+            backend: "this backend",
+            what: "run Berth's helper (files and background processes)",
+            why: "it does not provide one".into(),
+        })
+    }
 
     /// Streams a tar of the workspace root (paths relative to `.`),
     /// leaving out `exclude` (relative paths).

@@ -522,10 +522,10 @@ async fn run(sandbox: &Sandbox, command: &str) -> Result<String, String> {
         return Err(format!(
             "{command:?} exited {}: {}",
             r.exit_code,
-            r.stderr.trim()
+            r.stderr_text().trim()
         ));
     }
-    Ok(r.stdout)
+    Ok(r.stdout_text().into_owned())
 }
 
 async fn expect_out(sandbox: &Sandbox, command: &str, want: &str) -> Result<(), String> {

@@ -438,6 +438,7 @@ impl SandboxClient {
             workspace_root_ready: false,
             lineage: None,
             orphans: Vec::new(),
+            background: Vec::new(),
         };
         Ok(Sandbox::new(state, backend, snap, options))
     }

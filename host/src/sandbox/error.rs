@@ -22,6 +22,36 @@ pub enum SandboxError {
     /// The backend failed.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// A workspace path was refused: `..`, an absolute path elsewhere, or a
+    /// symlink leading out of the workspace. Nothing was read or written.
+    #[error("{path}: refused: {reason}")]
+    PathRefused {
+        /// The path as given.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// No such file, directory or background process.
+    #[error("{what}: not found")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// A background process of that id is running.
+    #[error("a background process {id:?} is running: kill it first, or choose another name")]
+    ProcessRunning {
+        /// The id.
+        id: String,
+    },
+    /// Berth's helper in the sandbox failed an operation (a file operation,
+    /// a background process); the message is its reason.
+    #[error("{operation} failed: {message}")]
+    Helper {
+        /// What was being done.
+        operation: String,
+        /// The helper's reason.
+        message: String,
+    },
     /// A plugin could not be loaded.
     #[error(transparent)]
     Plugin(#[from] PluginError),

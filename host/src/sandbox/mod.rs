@@ -20,10 +20,13 @@
 
 mod client;
 mod error;
+mod files;
 mod generations;
+mod helper;
 mod moving;
 mod options;
 mod persist;
+mod processes;
 mod restore;
 pub(crate) mod sealing;
 mod snapshot_binding;
@@ -36,13 +39,17 @@ use std::sync::Arc;
 pub use crate::backend::{BackendSpec, BackendState};
 pub use client::{SandboxClient, SandboxClientBuilder, SandboxSpec};
 pub use error::SandboxError;
+pub use files::{FileInfo, FileKind, FileReader, Files};
 pub use moving::OrphanCleanup;
 pub use options::{Progress, ProgressFn, SandboxOptions, SaveState, StartBranch, StateSink};
+pub use processes::{BackgroundProcess, DetachRequest, ProcessState, Processes, DEFAULT_LOG_RING};
 pub use snapshot_binding::SnapshotSpec;
-pub use state::{Orphan, PluginRef, SandboxState, SnapshotState, WorkspaceLineage};
+pub use state::{
+    BackgroundRecord, Orphan, PluginRef, SandboxState, SnapshotState, WorkspaceLineage,
+};
 pub use state_file::{StateFile, StateLock};
 
-use crate::backend::{Backend, ExecRequest, ExecResult};
+use crate::backend::{Backend, ExecProcess, ExecRequest, ExecResult, PtySize};
 use crate::snapshot::SandboxSnapshot;
 use client::generations_of;
 
@@ -74,6 +81,8 @@ pub struct Sandbox {
     snapshot: Arc<dyn SandboxSnapshot>,
     options: SandboxOptions,
     running: bool,
+    /// What the last start found gone of the recorded background processes.
+    lost_background: Vec<state::BackgroundRecord>,
 }
 
 impl Sandbox {
@@ -90,6 +99,7 @@ impl Sandbox {
             snapshot,
             options,
             running: false,
+            lost_background: Vec::new(),
         }
     }
 
@@ -115,20 +125,77 @@ impl Sandbox {
         &self.snapshot
     }
 
-    /// Runs a command in the workspace root with the manifest's environment.
-    pub async fn exec(&self, mut request: ExecRequest) -> Result<ExecResult, SandboxError> {
+    /// Runs a command in the workspace root with the manifest's
+    /// environment, and collects its output: each stream kept head and
+    /// tail within the request's caps (the last
+    /// [`ExecRequest::tail_kept`] bytes always among them), what the
+    /// command printed before a timeout kept too. Built on
+    /// [`Sandbox::exec_stream`].
+    pub async fn exec(&self, request: ExecRequest) -> Result<ExecResult, SandboxError> {
+        let (out, err, tail) = (request.stdout_cap, request.stderr_cap, request.tail_kept);
+        Ok(self
+            .exec_stream(request)
+            .await?
+            .collect(out, err, tail)
+            .await?)
+    }
+
+    /// Starts a command in the workspace root with the manifest's
+    /// environment and returns it running: stdout and stderr as events,
+    /// as they are produced, uncapped (the reader keeps what it wants);
+    /// stdin when the request asks for it.
+    ///
+    /// ```no_run
+    /// # async fn f(sandbox: &berth::Sandbox) -> Result<(), Box<dyn std::error::Error>> {
+    /// use berth::backend::ExecEvent;
+    /// use std::time::Duration;
+    /// let mut make = sandbox
+    ///     .exec_stream(berth::ExecRequest::new("make test", Duration::from_secs(600)))
+    ///     .await?;
+    /// while let Some(event) = make.next_event().await {
+    ///     match event? {
+    ///         ExecEvent::Stdout(bytes) | ExecEvent::Stderr(bytes) => print!("{}", String::from_utf8_lossy(&bytes)),
+    ///         ExecEvent::Exit(exit) => println!("exit {}", exit.exit_code),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned process before its exit stops the command in
+    /// the sandbox, with everything it started.
+    pub async fn exec_stream(&self, mut request: ExecRequest) -> Result<ExecProcess, SandboxError> {
         if !self.running {
             return Err(SandboxError::NotStarted);
         }
         let mut env = self.state.manifest.environment.clone();
         env.append(&mut request.env);
         request.env = env;
-        Ok(self.backend.exec(request).await?)
+        Ok(self.backend.spawn(request).await?)
+    }
+
+    /// Starts an interactive shell (or `command`) on a new terminal of
+    /// `size`: write keystrokes with [`ExecProcess::write_stdin`], read the
+    /// terminal's output as stdout events, and resize with
+    /// [`ExecProcess::resize`]. Its exit code is the shell's. It runs until
+    /// it exits (no timeout).
+    pub async fn shell(
+        &self,
+        command: Option<&str>,
+        size: PtySize,
+    ) -> Result<ExecProcess, SandboxError> {
+        let command = command.unwrap_or("exec sh -i");
+        let request = ExecRequest::new(command, std::time::Duration::from_secs(365 * 24 * 3600))
+            .on_terminal(size);
+        self.exec_stream(request).await
     }
 
     /// Destroys the backend resources this sandbox owns.
     pub async fn shutdown(&mut self) -> Result<(), SandboxError> {
         self.running = false;
+        // Background processes end with the instance.
+        self.state.background.clear();
         let destroyed = self.backend.destroy().await;
         self.refresh_backend_state()?;
         destroyed?;

@@ -47,6 +47,7 @@ impl Sandbox {
                 self.running = true;
                 tracing::info!(session = %self.state.session_id, ?branch, "sandbox started");
                 self.save_state()?;
+                self.check_background().await?;
                 Ok(branch)
             }
             Err(e) => {

@@ -98,6 +98,21 @@ pub struct SandboxState {
     /// [`crate::sandbox::SandboxClient::remove_orphans`] once it does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub orphans: Vec<Orphan>,
+    /// Background processes started in the running sandbox (see
+    /// [`crate::sandbox::Sandbox::detach`]): part of its running state, not
+    /// of its snapshot. A start that finds its instance re-created reports
+    /// those that did not come back and forgets them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub background: Vec<BackgroundRecord>,
+}
+
+/// A background process the sandbox started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackgroundRecord {
+    /// Its id.
+    pub id: String,
+    /// Its command.
+    pub command: String,
 }
 
 /// A backend instance (a container on an engine that did not answer) that

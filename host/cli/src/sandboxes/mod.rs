@@ -1,4 +1,4 @@
-//! `berth create|start|exec|stop|rm|ls|inspect|persist|hydrate|gc|fork`: sandboxes
+//! `berth create|start|exec|ps|logs|kill|wait|shell|cp|files|stop|rm|ls|inspect|persist|hydrate|gc|fork`: sandboxes
 //! kept by name as state files under `$BERTH_HOME`.
 
 use std::path::{Path, PathBuf};
@@ -13,15 +13,19 @@ use berth::SnapshotId;
 
 use crate::{leftovers, table};
 
+mod commands;
 mod create;
+mod files;
 mod listing;
 mod remove;
 mod run;
 
+pub use commands::{exec, kill, logs, ps, shell, wait, ExecArgs, LogsArgs};
 pub use create::{create, CreateArgs};
+pub use files::{cp, files, FilesCommand};
 pub use listing::{fork, ls};
 pub use remove::{gc, gc_orphans, rm};
-pub use run::{exec, hydrate, inspect, persist, start, stop, ExecArgs, StartArgs};
+pub use run::{hydrate, inspect, persist, start, stop, StartArgs};
 use serde::{Deserialize, Serialize};
 
 /// `$BERTH_HOME`, else `$XDG_DATA_HOME/berth`, else `~/.local/share/berth`.

@@ -2,11 +2,9 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use berth::backend::docker::EngineChoice;
-use berth::backend::ExecRequest;
 use berth::snapshot::DedupRecord;
 use clap::Args;
 
@@ -102,62 +100,13 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     save(&home, &saved)?;
     let branch = result?;
     println!("started {name}: {branch}");
+    for lost in sandbox.background_not_restored() {
+        eprintln!(
+            "berth: background process {} ({}) did not come back: the sandbox's instance was re-created",
+            lost.id, lost.command
+        );
+    }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `berth exec`.
-#[derive(Args)]
-pub struct ExecArgs {
-    /// Sandbox name.
-    name: String,
-    /// Timeout in seconds.
-    #[arg(long, default_value_t = 600.0)]
-    timeout: f64,
-    /// Extra environment (KEY=VALUE, repeatable).
-    #[arg(long = "env")]
-    env: Vec<String>,
-    /// Print the result as JSON instead of passing output through.
-    #[arg(long)]
-    json: bool,
-    /// The command (joined with spaces and run by `sh -c`).
-    #[arg(last = true, required = true)]
-    command: Vec<String>,
-}
-
-pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
-    let home = berth_home()?;
-    let (lock, sandbox) = attach_locked(&home, &args.name).await?;
-    // The sandbox is up: commands on it may run in parallel.
-    drop(lock);
-    let mut request = ExecRequest::new(
-        args.command.join(" "),
-        Duration::from_secs_f64(args.timeout),
-    );
-    for kv in &args.env {
-        let (k, v) = kv
-            .split_once('=')
-            .with_context(|| format!("--env {kv:?} is not KEY=VALUE"))?;
-        request.env.insert(k.to_string(), v.to_string());
-    }
-    let result = sandbox.exec(request).await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
-    } else {
-        print!("{}", result.stdout);
-        eprint!("{}", result.stderr);
-        // The library's own notes (a timeout, the OOM killer) end stderr
-        // without a newline.
-        if !result.stderr.is_empty() && !result.stderr.ends_with('\n') {
-            eprintln!();
-        }
-        if result.truncated {
-            eprintln!(
-                "berth: output truncated ({} stdout and {} stderr bytes dropped)",
-                result.stdout_dropped, result.stderr_dropped
-            );
-        }
-    }
-    Ok(ExitCode::from(result.exit_code.clamp(0, 255) as u8))
 }
 
 /// `berth stop NAME`.

@@ -9,13 +9,14 @@
 //! ends the session with an error naming it.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use berth_agent::{Decoder, ExitReport, Frame, Kind, RunRequest, AGENT_PATH, VERSION};
+use berth_agent::{
+    Decoder, ExitReport, Frame, Kind, RunRequest, AGENT_PATH, CHUNK, STDIN_WINDOW, VERSION,
+};
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::query_parameters::UploadToContainerOptionsBuilder;
@@ -24,8 +25,12 @@ use futures::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::backend::exec::{CappedBuffer, TIMEOUT_EXIT_CODE};
-use crate::backend::{ExecRequest, ExecResult, OutputStream};
+use bytes::Bytes;
+
+use crate::backend::exec::TIMEOUT_EXIT_CODE;
+use crate::backend::{
+    BackendError, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecProcess, ExecRequest,
+};
 
 /// How long the agent has to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -53,30 +58,12 @@ impl std::fmt::Display for AgentUnavailable {
     }
 }
 
-/// Where the agent binary is: `$BERTH_AGENT`, else `berth-agent-static`
-/// (a static build, which runs in any image) beside the running program or
-/// in its parent directory (where `cargo xtask build-agent` puts it for the
-/// CLI and the tests).
-fn agent_binary_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("BERTH_AGENT").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [
-        dir.join("berth-agent-static"),
-        dir.parent()?.join("berth-agent-static"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-}
-
 /// The agent binary as a tar holding `/.berth/agent`, read once per
 /// process.
 fn agent_tar() -> Result<Arc<Vec<u8>>, AgentUnavailable> {
     static TAR: OnceLock<Result<Arc<Vec<u8>>, AgentUnavailable>> = OnceLock::new();
     TAR.get_or_init(|| {
-        let path = agent_binary_path().ok_or_else(|| {
+        let path = crate::backend::helper_binary::path().ok_or_else(|| {
             AgentUnavailable(
                 format!("{NO_BINARY} (set BERTH_AGENT to the static berth-agent binary, or put berth-agent-static beside the program)"),
             )
@@ -229,21 +216,25 @@ impl AgentSession {
             .map_err(|e| format!("writing to the agent: {e}"))
     }
 
-    /// Runs a command through the agent. `Err` means the session failed
-    /// (the command may not have run); the caller reports it.
-    pub(crate) async fn run(&self, request: &ExecRequest, cwd: &str) -> Result<ExecResult, String> {
-        let started = Instant::now();
+    /// Starts a command through the agent. `Err` means the session failed
+    /// before the command was sent; failures after that end the process's
+    /// events with an error. `memory_limit` explains a SIGKILL as the
+    /// out-of-memory killer's.
+    pub(crate) async fn spawn(
+        self: &Arc<Self>,
+        request: &ExecRequest,
+        cwd: &str,
+        memory_limit: Option<u64>,
+    ) -> Result<ExecProcess, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, mut rx) = mpsc::channel(QUEUE);
+        let (tx, rx) = mpsc::channel(QUEUE);
         if let Ok(mut w) = self.waiters.lock() {
             w.insert(id, tx);
         }
         // The session may have ended before the command was registered
         // (its end clears the waiters only once).
         if let Some(why) = self.ended.lock().ok().and_then(|e| e.clone()) {
-            if let Ok(mut w) = self.waiters.lock() {
-                w.remove(&id);
-            }
+            self.forget(id);
             return Err(format!("the agent stopped: {why}"));
         }
         let run = RunRequest {
@@ -255,87 +246,163 @@ impl AgentSession {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             timeout_ms: request.timeout.as_millis().min(u64::MAX as u128) as u64,
-            stdout_cap: request.stdout_cap as u64,
-            stderr_cap: request.stderr_cap as u64,
+            // The reader caps (head and tail); the agent sends everything.
+            stdout_cap: u64::MAX,
+            stderr_cap: u64::MAX,
             session: request.session.clone().unwrap_or_default(),
+            stdin: request.stdin,
+            pty: request.pty.map(|p| (p.rows, p.cols)).unwrap_or((0, 0)),
         };
-        let result = async {
-            self.send(Frame::new(Kind::Run, id, run.encode())).await?;
-            let mut stdout = CappedBuffer::new(request.stdout_cap);
-            let mut stderr = CappedBuffer::new(request.stderr_cap);
-            let mut killed_here = false;
-            let report = loop {
-                let frame =
-                    match tokio::time::timeout(request.timeout + KILL_GRACE, rx.recv()).await {
-                        Ok(Some(frame)) => frame,
-                        Ok(None) => return Err(format!("the agent stopped: {}", self.why_ended())),
-                        Err(_) if !killed_here => {
-                            // The agent should have killed it by now; ask again.
-                            killed_here = true;
-                            self.send(Frame::new(Kind::Kill, id, Vec::new())).await?;
-                            continue;
-                        }
-                        Err(_) => {
-                            return Err(format!(
-                                "the agent reported nothing for command {id} long past its timeout"
-                            ))
-                        }
-                    };
-                match frame.kind {
-                    Kind::Stdout | Kind::Stderr => {
-                        let (buffer, which) = if frame.kind == Kind::Stdout {
-                            (&mut stdout, OutputStream::Stdout)
-                        } else {
-                            (&mut stderr, OutputStream::Stderr)
-                        };
-                        if let Some(cb) = &request.on_output {
-                            cb(which, &frame.payload);
-                        }
-                        buffer.push(&frame.payload);
-                    }
-                    Kind::Exit => {
-                        break ExitReport::decode(&frame.payload)
-                            .map_err(|e| format!("the agent sent {e}"))?
-                    }
-                    Kind::Error => {
-                        return Err(format!(
-                            "the agent could not run the command: {}",
-                            String::from_utf8_lossy(&frame.payload)
-                        ))
-                    }
-                    other => return Err(format!("the agent sent a {other:?} frame for a command")),
-                }
-            };
-            let (stdout, here_out) = stdout.finish();
-            let (mut stderr, here_err) = stderr.finish();
-            let stdout_dropped = report.stdout_dropped + here_out;
-            let stderr_dropped = report.stderr_dropped + here_err;
-            if report.timed_out {
-                stderr.push_str(&format!(
-                    "\ncommand timed out after {:?} and was killed",
-                    request.timeout
-                ));
-            }
-            Ok(ExecResult {
-                exit_code: if report.timed_out {
-                    TIMEOUT_EXIT_CODE
-                } else {
-                    report.code
-                },
-                stdout,
-                stderr,
-                truncated: stdout_dropped + stderr_dropped > 0,
-                stdout_dropped,
-                stderr_dropped,
-                timed_out: report.timed_out,
-                duration_ms: started.elapsed().as_millis() as u64,
-            })
+        if let Err(e) = self.send(Frame::new(Kind::Run, id, run.encode())).await {
+            self.forget(id);
+            return Err(e);
         }
-        .await;
+        let (process, driver) = ExecProcess::channel();
+        tokio::spawn(
+            self.clone()
+                .drive(id, rx, driver, request.timeout, memory_limit),
+        );
+        Ok(process)
+    }
+
+    fn forget(&self, id: u32) {
         if let Ok(mut w) = self.waiters.lock() {
             w.remove(&id);
         }
-        result
+    }
+
+    /// Relays one command's frames to its reader and the reader's input to
+    /// the agent, until the command's exit, the session's end or the
+    /// reader's drop (which kills the command).
+    async fn drive(
+        self: Arc<Self>,
+        id: u32,
+        mut frames: mpsc::Receiver<Frame>,
+        driver: ExecDriver,
+        timeout: Duration,
+        memory_limit: Option<u64>,
+    ) {
+        let started = Instant::now();
+        let ExecDriver { events, mut input } = driver;
+        let mut in_flight = 0usize;
+        let mut pending: std::collections::VecDeque<Vec<u8>> = Default::default();
+        let mut input_open = true;
+        let mut stdin_closed = false;
+        let mut killed_here = false;
+        let mut kill_at = tokio::time::Instant::now() + timeout + KILL_GRACE;
+        let ended: Result<Option<ExitReport>, String> = loop {
+            while in_flight < STDIN_WINDOW {
+                let Some(chunk) = pending.pop_front() else {
+                    break;
+                };
+                let end = chunk.is_empty();
+                if self.send(Frame::new(Kind::Stdin, id, chunk)).await.is_err() {
+                    // The session broke; its end reaches the frames below.
+                    break;
+                }
+                if !end {
+                    in_flight += 1;
+                }
+            }
+            tokio::select! {
+                frame = frames.recv() => {
+                    let Some(frame) = frame else {
+                        break Err(format!("the agent stopped: {}", self.why_ended()));
+                    };
+                    let event = match frame.kind {
+                        Kind::Stdout => ExecEvent::Stdout(Bytes::from(frame.payload)),
+                        Kind::Stderr => ExecEvent::Stderr(Bytes::from(frame.payload)),
+                        Kind::StdinAck => {
+                            in_flight = in_flight.saturating_sub(1);
+                            continue;
+                        }
+                        Kind::Exit => {
+                            break ExitReport::decode(&frame.payload)
+                                .map(Some)
+                                .map_err(|e| format!("the agent sent {e}"));
+                        }
+                        Kind::Error => {
+                            break Err(format!(
+                                "the agent could not run the command: {}",
+                                String::from_utf8_lossy(&frame.payload)
+                            ));
+                        }
+                        other => break Err(format!("the agent sent a {other:?} frame for a command")),
+                    };
+                    if events.send(Ok(event)).await.is_err() {
+                        let _ = self.send(Frame::new(Kind::Kill, id, Vec::new())).await;
+                        break Ok(None);
+                    }
+                }
+                msg = input.recv(), if input_open && pending.is_empty() => match msg {
+                    None => input_open = false,
+                    Some(ExecInput::Stdin(bytes)) if !stdin_closed => {
+                        pending.extend(bytes.chunks(CHUNK).map(<[u8]>::to_vec));
+                    }
+                    Some(ExecInput::Stdin(_)) => {}
+                    Some(ExecInput::CloseStdin) => {
+                        if !stdin_closed {
+                            stdin_closed = true;
+                            pending.push_back(Vec::new());
+                        }
+                    }
+                    Some(ExecInput::Resize(size)) => {
+                        let _ = self
+                            .send(Frame::new(Kind::Resize, id, berth_agent::encode_size(size.rows, size.cols)))
+                            .await;
+                    }
+                    Some(ExecInput::Signal(signal)) => {
+                        let _ = self
+                            .send(Frame::new(Kind::Signal, id, signal.to_be_bytes().to_vec()))
+                            .await;
+                    }
+                },
+                _ = events.closed() => {
+                    let _ = self.send(Frame::new(Kind::Kill, id, Vec::new())).await;
+                    break Ok(None);
+                }
+                _ = tokio::time::sleep_until(kill_at) => {
+                    if killed_here {
+                        break Err(format!(
+                            "the agent reported nothing for command {id} long past its timeout"
+                        ));
+                    }
+                    // The agent should have killed it by now; ask again.
+                    killed_here = true;
+                    kill_at = tokio::time::Instant::now() + KILL_GRACE;
+                    let _ = self.send(Frame::new(Kind::Kill, id, Vec::new())).await;
+                }
+            }
+        };
+        self.forget(id);
+        let last = match ended {
+            Ok(None) => return,
+            Ok(Some(report)) => {
+                let code = if report.timed_out {
+                    TIMEOUT_EXIT_CODE
+                } else {
+                    report.code
+                };
+                let mut exit = ExecExit::new(code, report.timed_out, started.elapsed());
+                exit.stdout_dropped = report.stdout_dropped;
+                exit.stderr_dropped = report.stderr_dropped;
+                if report.timed_out {
+                    exit.notes.push(format!(
+                        "command timed out after {timeout:?} and was killed"
+                    ));
+                }
+                if let Some(note) = super::exec::oom_note(code, report.timed_out, memory_limit) {
+                    exit.notes.push(note);
+                }
+                Ok(ExecEvent::Exit(exit))
+            }
+            Err(why) => Err(BackendError::Operation {
+                backend: "docker backend",
+                operation: "running the command through the in-container agent",
+                source: why.into(),
+            }),
+        };
+        let _ = events.send(last).await;
     }
 }
 
@@ -395,7 +462,10 @@ async fn demultiplex(
                 }
                 continue;
             }
-            if matches!(frame.kind, Kind::Run | Kind::Kill) {
+            if matches!(
+                frame.kind,
+                Kind::Run | Kind::Kill | Kind::Stdin | Kind::Resize | Kind::Signal
+            ) {
                 break 'session format!(
                     "the agent sent a {:?} frame; the session was ended",
                     frame.kind

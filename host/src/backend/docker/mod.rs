@@ -39,7 +39,9 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures::StreamExt;
 
-use super::{ArchiveStream, Backend, BackendError, ExecRequest, ExecResult, Provisioned};
+use super::{
+    ArchiveStream, Backend, BackendError, ExecProcess, ExecRequest, Provisioned, SandboxHelper,
+};
 use crate::byte_pipe;
 use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
@@ -515,14 +517,15 @@ impl Backend for DockerBackend {
             .map_err(|e| api("creating the workspace root", e))
     }
 
-    async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
+    async fn spawn(&self, request: ExecRequest) -> Result<ExecProcess, BackendError> {
         let unavailable = match self.agent_session().await {
             Ok(session) => {
-                return match session.run(&request, &self.state.workspace_root).await {
-                    Ok(mut result) => {
-                        self.explain_oom(result.exit_code, result.timed_out, &mut result.stderr);
-                        Ok(result)
-                    }
+                let memory = self.state.memory_size_bytes.map(|b| b as u64);
+                return match session
+                    .spawn(&request, &self.state.workspace_root, memory)
+                    .await
+                {
+                    Ok(process) => Ok(process),
                     Err(why) => {
                         // The next command starts a new session.
                         self.reset_agent().await;
@@ -536,48 +539,33 @@ impl Backend for DockerBackend {
             Err(why) => why,
         };
         if let Some(name) = &request.session {
-            return Err(BackendError::Config {
+            return Err(BackendError::Unsupported {
                 backend: BACKEND,
-                message: format!(
+                what: "keep shell sessions",
+                why: format!(
                     "shell session {name:?} needs the in-container agent, which is not running here ({unavailable})"
                 ),
             });
         }
-        let pidfile = format!("/tmp/.berth-exec-{:x}", crate::random_id::random_u64());
-        let cmd = vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            // The exec's shell leads its own process group; its pid is the
-            // group to kill on timeout. It removes the pid file itself, so
-            // a normal exec costs no extra round trip.
-            "echo $$ > \"$0\"; sh -c \"$1\"; rc=$?; rm -f \"$0\"; exit $rc".to_string(),
-            pidfile.clone(),
-            request.command.clone(),
-        ];
-        let result = self.run_exec(cmd, &request, true).await;
-        // On timeout, kill the command's whole process group inside the
-        // container (the exec's shell leads its own group).
-        if matches!(&result, Ok(r) if r.timed_out) {
-            // Stop then kill the group, round after round, so a loop that
-            // forks cannot outrun one kill.
-            // Shell builtins only: a command that filled the pids limit
-            // leaves no room to fork helpers.
-            let kill = format!(
-                "read pg < '{pidfile}' || exit 0; i=0; while [ $i -lt 200 ]; do \
-                 kill -STOP -$pg 2>/dev/null; kill -9 -$pg 2>/dev/null || break; i=$((i+1)); done; \
-                 rm -f '{pidfile}'"
-            );
-            if let Err(e) = self
-                .helper(
-                    vec!["sh".into(), "-c".into(), kill],
-                    Duration::from_secs(10),
-                )
-                .await
-            {
-                tracing::warn!(error = %e, "killing a timed-out command failed");
-            }
+        self.spawn_plain(&request).await
+    }
+
+    /// The agent copied into the container (`/.berth/agent`); background
+    /// processes keep their state in `/.berth/run`, outside the workspace
+    /// and its snapshots, for as long as the container lives.
+    async fn helper(&self) -> Result<SandboxHelper, BackendError> {
+        match self.agent_session().await {
+            Ok(_) => Ok(SandboxHelper {
+                program: berth_agent::AGENT_PATH.to_string(),
+                workspace_root: self.state.workspace_root.clone(),
+                run_dir: "/.berth/run".to_string(),
+            }),
+            Err(why) => Err(BackendError::Unsupported {
+                backend: BACKEND,
+                what: "run Berth's helper (files and background processes)",
+                why: format!("they need the in-container agent, which is not running here ({why})"),
+            }),
         }
-        result
     }
 
     async fn read_archive(&self, exclude: &[PathBuf]) -> Result<ArchiveStream, BackendError> {
@@ -668,16 +656,16 @@ impl Backend for DockerBackend {
             _ => None,
         };
         let started = Instant::now();
-        let result = match running {
+        let process = match running {
             Some(session) => session
-                .run(&request, &self.state.workspace_root)
+                .spawn(&request, &self.state.workspace_root, None)
                 .await
                 .map_err(|why| op("moving the restored workspace into place", why))?,
-            None => {
-                let cmd = vec!["sh".into(), "-c".into(), request.command.clone()];
-                self.run_exec(cmd, &request, true).await?
-            }
+            None => self.spawn_plain(&request).await?,
         };
+        let result = process
+            .collect(request.stdout_cap, request.stderr_cap, request.tail_kept)
+            .await?;
         tracing::debug!(
             ms = started.elapsed().as_secs_f64() * 1e3,
             commit,
@@ -690,7 +678,7 @@ impl Backend for DockerBackend {
                 } else {
                     "removing a refused archive's staging directory"
                 },
-                format!("exit {}: {}", result.exit_code, result.stderr.trim()),
+                format!("exit {}: {}", result.exit_code, result.stderr_text().trim()),
             ));
         }
         Ok(())

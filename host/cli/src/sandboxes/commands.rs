@@ -1,0 +1,371 @@
+//! `berth exec|ps|logs|kill|wait|shell`: commands as agents and people
+//! use them: output streamed as it is produced, stdin, background
+//! processes, and an interactive terminal.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use berth::backend::{ExecEvent, ExecExit, ExecInput, ExecInputSender, ExecProcess, ExecRequest};
+use berth::DetachRequest;
+use clap::Args;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+/// `berth exec`.
+#[derive(Args)]
+pub struct ExecArgs {
+    /// Sandbox name.
+    name: String,
+    /// Timeout in seconds.
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// Extra environment (KEY=VALUE, repeatable).
+    #[arg(long = "env")]
+    env: Vec<String>,
+    /// Collect the output and print the result as JSON (each stream capped,
+    /// its start and end kept) instead of streaming it through.
+    #[arg(long)]
+    json: bool,
+    /// Stream this program's stdin to the command.
+    #[arg(short = 'i', long)]
+    interactive: bool,
+    /// Run it in the background and print its id at once (see `berth ps`,
+    /// `berth logs`, `berth kill`).
+    #[arg(short = 'd', long, conflicts_with_all = ["interactive", "json"])]
+    detach: bool,
+    /// With --detach: the background process's id (letters, digits, '-',
+    /// '_', '.'). By default, one is made up.
+    #[arg(long = "name", requires = "detach")]
+    name_as: Option<String>,
+    /// With --detach: bytes of each stream's newest output kept.
+    #[arg(long, requires = "detach", default_value_t = berth::sandbox::DEFAULT_LOG_RING)]
+    log_ring: u64,
+    /// The command (joined with spaces and run by `sh -c`).
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let (lock, mut sandbox) = attach_locked(&home, &args.name).await?;
+    let command = args.command.join(" ");
+    if args.detach {
+        // The record of it is part of the state: written under the lock.
+        let mut request = DetachRequest::new(command).log_ring(args.log_ring);
+        if let Some(id) = &args.name_as {
+            request = request.name(id.clone());
+        }
+        let started = sandbox.detach(request).await?;
+        drop(lock);
+        println!("{}", started.id);
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The sandbox is up: commands on it may run in parallel.
+    drop(lock);
+    let mut request = ExecRequest::new(command, Duration::from_secs_f64(args.timeout));
+    for kv in &args.env {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--env {kv:?} is not KEY=VALUE"))?;
+        request.env.insert(k.to_string(), v.to_string());
+    }
+    if args.interactive {
+        request = request.with_stdin();
+    }
+    if args.json {
+        let result = sandbox.exec(request).await?;
+        println!("{}", serde_json::to_string_pretty(&result)?);
+        return Ok(exit_code(result.exit_code));
+    }
+    let process = sandbox.exec_stream(request).await?;
+    if args.interactive {
+        tokio::spawn(pump_stdin(process.input()));
+    }
+    let exit = relay(process).await?;
+    if args.interactive {
+        // The stdin reader may still be blocked in a read no runtime can
+        // cancel: leave without waiting for it.
+        std::process::exit(exit.exit_code.clamp(0, 255));
+    }
+    Ok(exit_code(exit.exit_code))
+}
+
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// This program's stdin, chunk by chunk, then its end.
+async fn pump_stdin(input: ExecInputSender) {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match stdin.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let chunk = bytes::Bytes::copy_from_slice(&buf[..n]);
+                if input.send(ExecInput::Stdin(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = input.send(ExecInput::CloseStdin).await;
+}
+
+/// Writes a command's output here as it comes (stdout to stdout, stderr
+/// to stderr, uncapped: a pipe is the user's own) and returns its exit.
+/// Ctrl-C stops the command in the sandbox.
+async fn relay(mut process: ExecProcess) -> anyhow::Result<ExecExit> {
+    let mut stdout = tokio::io::stdout();
+    let mut stderr = tokio::io::stderr();
+    loop {
+        let event = tokio::select! {
+            e = process.next_event() => e,
+            _ = tokio::signal::ctrl_c() => {
+                drop(process);
+                eprintln!("berth: interrupted; the command was stopped");
+                return Ok(ExecExit::new(130, false, Duration::ZERO));
+            }
+        };
+        match event {
+            Some(Ok(ExecEvent::Stdout(b))) => {
+                // A reader that went away (`| head`) ends the command.
+                if stdout
+                    .write_all(&b)
+                    .await
+                    .and(stdout.flush().await)
+                    .is_err()
+                {
+                    return Ok(ExecExit::new(141, false, Duration::ZERO));
+                }
+            }
+            Some(Ok(ExecEvent::Stderr(b))) => {
+                let _ = stderr.write_all(&b).await;
+                let _ = stderr.flush().await;
+            }
+            Some(Ok(ExecEvent::Exit(exit))) => {
+                for note in &exit.notes {
+                    eprintln!("berth: {note}");
+                }
+                return Ok(exit);
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None => anyhow::bail!("the command's output ended without its exit"),
+        }
+    }
+}
+
+/// `berth ps NAME`.
+pub async fn ps(name: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let (lock, sandbox) = attach_locked(&home, name).await?;
+    drop(lock);
+    let list = sandbox.processes().list().await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let mut t = table::Table::new(&["ID", "STATE", "STARTED", "EXIT", "COMMAND"]);
+    for p in list {
+        t.row(vec![
+            p.id,
+            format!("{:?}", p.state).to_lowercase(),
+            format!("{} ago", human_duration(now.saturating_sub(p.started_ms))),
+            p.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+            p.command,
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human_duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+/// `berth logs`.
+#[derive(Args)]
+pub struct LogsArgs {
+    /// Sandbox name.
+    name: String,
+    /// The background process's id.
+    id: String,
+    /// Go on printing what it writes until it exits (Ctrl-C to stop).
+    #[arg(short, long)]
+    follow: bool,
+    /// Start at the last N lines of each stream (of what the ring keeps).
+    #[arg(long)]
+    tail: Option<u64>,
+}
+
+pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let (lock, sandbox) = attach_locked(&home, &args.name).await?;
+    drop(lock);
+    let process = sandbox
+        .processes()
+        .logs(&args.id, args.follow, args.tail)
+        .await?;
+    let exit = relay(process).await?;
+    Ok(exit_code(exit.exit_code))
+}
+
+/// A signal's number from its name (`TERM`, `SIGKILL`) or number.
+fn signal_number(name: &str) -> anyhow::Result<i32> {
+    if let Ok(n) = name.parse() {
+        return Ok(n);
+    }
+    Ok(
+        match name.trim_start_matches("SIG").to_ascii_uppercase().as_str() {
+            "HUP" => 1,
+            "INT" => 2,
+            "QUIT" => 3,
+            "KILL" => 9,
+            "USR1" => 10,
+            "USR2" => 12,
+            "TERM" => 15,
+            "CONT" => 18,
+            "STOP" => 19,
+            _ => anyhow::bail!("unknown signal {name:?} (TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT or a number)"),
+        },
+    )
+}
+
+/// `berth kill NAME ID [--signal S]`.
+pub async fn kill(name: &str, id: &str, signal: &str) -> anyhow::Result<ExitCode> {
+    let signal = signal_number(signal)?;
+    let home = berth_home()?;
+    let (lock, sandbox) = attach_locked(&home, name).await?;
+    drop(lock);
+    sandbox.processes().kill(id, signal).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth wait NAME ID`: prints and returns its exit code.
+pub async fn wait(name: &str, id: &str) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let (lock, sandbox) = attach_locked(&home, name).await?;
+    drop(lock);
+    let code = sandbox.processes().wait(id).await?;
+    println!("{code}");
+    Ok(exit_code(code))
+}
+
+/// `berth shell NAME [-- COMMAND]`.
+pub async fn shell(name: &str, command: &[String]) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let (lock, sandbox) = attach_locked(&home, name).await?;
+    drop(lock);
+    let command = (!command.is_empty()).then(|| command.join(" "));
+    let size = terminal::size().unwrap_or_default();
+    let process = sandbox.shell(command.as_deref(), size).await?;
+    // Raw from here on (keys go to the sandbox's terminal as typed, Ctrl-C
+    // included), restored however this ends.
+    let raw = terminal::RawMode::enter();
+    let input = process.input();
+    tokio::spawn(pump_stdin(input.clone()));
+    let resize = tokio::spawn(async move {
+        let Ok(mut changes) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+        else {
+            return;
+        };
+        while changes.recv().await.is_some() {
+            if let Some(size) = terminal::size() {
+                if input.send(ExecInput::Resize(size)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let exit = relay_terminal(process).await;
+    resize.abort();
+    drop(raw);
+    let exit = exit?;
+    // The stdin reader is blocked in a read no runtime can cancel: leave
+    // without waiting for it.
+    std::process::exit(exit.exit_code.clamp(0, 255))
+}
+
+/// A terminal's output, as is, until its exit (signals are the sandbox's
+/// terminal's business: raw mode sends Ctrl-C there as a byte).
+async fn relay_terminal(mut process: ExecProcess) -> anyhow::Result<ExecExit> {
+    let mut stdout = tokio::io::stdout();
+    while let Some(event) = process.next_event().await {
+        match event? {
+            ExecEvent::Stdout(b) | ExecEvent::Stderr(b) => {
+                let _ = stdout.write_all(&b).await;
+                let _ = stdout.flush().await;
+            }
+            ExecEvent::Exit(exit) => return Ok(exit),
+        }
+    }
+    anyhow::bail!("the shell's output ended without its exit")
+}
+
+/// This program's terminal: its size and raw mode.
+mod terminal {
+    use berth::backend::PtySize;
+
+    /// The size of the terminal on stdout (or stdin), if there is one.
+    pub fn size() -> Option<PtySize> {
+        for fd in [1, 0] {
+            // SAFETY: a zeroed winsize is valid for TIOCGWINSZ to fill.
+            let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+            // SAFETY: TIOCGWINSZ writes one winsize we own.
+            if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_row > 0 {
+                return Some(PtySize {
+                    rows: ws.ws_row,
+                    cols: ws.ws_col,
+                });
+            }
+        }
+        None
+    }
+
+    /// Raw mode on stdin while it lives (when stdin is a terminal).
+    pub struct RawMode(Option<libc::termios>);
+
+    impl RawMode {
+        pub fn enter() -> Self {
+            // SAFETY: isatty reads nothing of ours.
+            if unsafe { libc::isatty(0) } != 1 {
+                return RawMode(None);
+            }
+            // SAFETY: a zeroed termios is valid for tcgetattr to fill.
+            let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+            // SAFETY: tcgetattr fills the termios we own.
+            if unsafe { libc::tcgetattr(0, &mut saved) } != 0 {
+                return RawMode(None);
+            }
+            let mut raw = saved;
+            // SAFETY: cfmakeraw edits the termios we own; tcsetattr reads it.
+            unsafe {
+                libc::cfmakeraw(&mut raw);
+                libc::tcsetattr(0, libc::TCSANOW, &raw);
+            }
+            RawMode(Some(saved))
+        }
+    }
+
+    impl Drop for RawMode {
+        fn drop(&mut self) {
+            if let Some(saved) = &self.0 {
+                // SAFETY: tcsetattr reads the termios we saved.
+                unsafe { libc::tcsetattr(0, libc::TCSANOW, saved) };
+            }
+        }
+    }
+}
