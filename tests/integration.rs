@@ -6,6 +6,8 @@
 mod agent;
 #[path = "cli.rs"]
 mod cli;
+#[path = "commands.rs"]
+mod commands;
 #[path = "conformance.rs"]
 mod conformance;
 #[path = "custom_backend.rs"]
