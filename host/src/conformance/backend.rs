@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Report;
-use crate::backend::{BackendProvider, BackendSpec, ExecRequest};
+use crate::backend::{BackendError, BackendProvider, BackendSpec, ExecEvent, ExecRequest};
 use crate::sandbox::{
     Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec,
     StartBranch,
@@ -100,8 +100,36 @@ pub async fn check_backend(backend: &dyn BackendUnderTest, home: &Path) -> Repor
     report
         .run_clause(
             "output-caps",
-            "output beyond the caps is dropped and counted, and the result says it was truncated",
+            "output beyond the caps is dropped from the middle and counted, the start and the end kept, and the result says it was truncated",
             suite.output_caps(),
+        )
+        .await;
+    report
+        .run_clause(
+            "streamed-output",
+            "a command's output arrives as events while it runs, before its exit, as bytes",
+            suite.streamed_output(),
+        )
+        .await;
+    report
+        .run_clause(
+            "stdin",
+            "stdin written to a running command reaches it whole, and closing it ends the command's input",
+            suite.stdin_reaches_the_command(),
+        )
+        .await;
+    report
+        .run_clause(
+            "drop-stops-the-command",
+            "dropping a running command's stream stops the command in the sandbox",
+            suite.drop_stops_the_command(),
+        )
+        .await;
+    report
+        .run_clause(
+            "files",
+            "the file API writes and reads a file byte for byte and refuses paths out of the workspace, or the backend refuses it as unsupported",
+            suite.files(),
         )
         .await;
     report
@@ -300,15 +328,21 @@ impl Suite<'_> {
 
     async fn output_caps(&self) -> Result<String, String> {
         self.on_fresh(async |sb: &mut Sandbox| {
-            let mut request = ExecRequest::new(
-                "yes o | head -c 100000; yes e | head -c 50000 >&2",
+            let request = ExecRequest::new(
+                "yes o | head -c 100000; echo END; yes e | head -c 50000 >&2",
                 Duration::from_secs(30),
-            );
-            request.stdout_cap = 1000;
-            request.stderr_cap = 500;
+            )
+            .caps(1004, 500)
+            .tail_kept(100);
             let r = sb.exec(request).await.map_err(|e| chain("exec", &e))?;
+            if !r.stdout.starts_with(b"o\no\n") || !r.stdout.ends_with(b"o\nEND\n") {
+                return Err(format!(
+                    "the start and the end of stdout were not both kept: {:?}",
+                    r.stdout_text()
+                ));
+            }
             let ok = r.truncated
-                && r.stdout.len() == 1000
+                && r.stdout.len() == 1004
                 && r.stderr.len() == 500
                 && r.stdout_dropped == 99_000
                 && r.stderr_dropped == 49_500
@@ -324,7 +358,136 @@ impl Suite<'_> {
                     r.exit_code
                 ));
             }
-            Ok("1000 + 500 B kept, 99000 + 49500 B counted as dropped".into())
+            Ok("1004 + 500 B kept (head and tail), 99000 + 49500 B counted as dropped".into())
+        })
+        .await
+    }
+
+    async fn streamed_output(&self) -> Result<String, String> {
+        self.on_fresh(async |sb: &mut Sandbox| {
+            let mut p = sb
+                .exec_stream(ExecRequest::new(
+                    "echo first; sleep 1; printf '\\377'; echo second >&2",
+                    Duration::from_secs(30),
+                ))
+                .await
+                .map_err(|e| chain("exec_stream", &e))?;
+            let started = Instant::now();
+            let mut first_at = None;
+            let mut stdout = Vec::new();
+            let mut stderr = Vec::new();
+            let exit = loop {
+                match p.next_event().await {
+                    Some(Ok(ExecEvent::Stdout(b))) => {
+                        first_at.get_or_insert(started.elapsed());
+                        stdout.extend_from_slice(&b);
+                    }
+                    Some(Ok(ExecEvent::Stderr(b))) => stderr.extend_from_slice(&b),
+                    Some(Ok(ExecEvent::Exit(exit))) => break exit,
+                    Some(Err(e)) => return Err(chain("reading events", &e)),
+                    None => return Err("the events ended without an exit".into()),
+                }
+            };
+            let end = started.elapsed();
+            let first = first_at.ok_or("no stdout event")?;
+            if end.saturating_sub(first) < Duration::from_millis(500) {
+                return Err(format!(
+                    "the first line came {first:?} after the start and the exit at {end:?}: output was held back"
+                ));
+            }
+            if stdout != b"first\n\xff" || stderr != b"second\n" || exit.exit_code != 0 {
+                return Err(format!("got stdout {stdout:?}, stderr {stderr:?}, exit {}", exit.exit_code));
+            }
+            Ok(format!("first line after {first:?}, exit after {end:?}"))
+        })
+        .await
+    }
+
+    async fn stdin_reaches_the_command(&self) -> Result<String, String> {
+        self.on_fresh(async |sb: &mut Sandbox| {
+            let p = sb
+                .exec_stream(ExecRequest::new("wc -c", Duration::from_secs(60)).with_stdin())
+                .await
+                .map_err(|e| chain("exec_stream", &e))?;
+            let chunk = bytes::Bytes::from(vec![7u8; 64 * 1024]);
+            for _ in 0..32 {
+                p.write_stdin(chunk.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            p.close_stdin().await.map_err(|e| e.to_string())?;
+            let r = p
+                .collect(4096, 4096, 0)
+                .await
+                .map_err(|e| chain("collect", &e))?;
+            if r.stdout_text().trim() != "2097152" {
+                return Err(format!(
+                    "wc -c counted {:?} of 2097152 bytes",
+                    r.stdout_text()
+                ));
+            }
+            Ok("2 MiB in, counted whole".into())
+        })
+        .await
+    }
+
+    async fn drop_stops_the_command(&self) -> Result<String, String> {
+        self.on_fresh(async |sb: &mut Sandbox| {
+            let mut p = sb
+                .exec_stream(ExecRequest::new(
+                    "echo up; sleep 2; echo survived > dropped.txt",
+                    Duration::from_secs(30),
+                ))
+                .await
+                .map_err(|e| chain("exec_stream", &e))?;
+            match p.next_event().await {
+                Some(Ok(ExecEvent::Stdout(_))) => {}
+                other => return Err(format!("expected stdout first, got {other:?}")),
+            }
+            drop(p);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let left = run(sb, "cat dropped.txt 2>/dev/null || true").await?;
+            if !left.is_empty() {
+                return Err("the dropped command went on and wrote dropped.txt".into());
+            }
+            Ok("dropped after its first line; it wrote nothing after".into())
+        })
+        .await
+    }
+
+    async fn files(&self) -> Result<String, String> {
+        self.on_fresh(async |sb: &mut Sandbox| {
+            let files = sb.files();
+            let data: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+            match files
+                .write("conformance.bin", &data[..], data.len() as u64, None)
+                .await
+            {
+                Err(SandboxError::Backend(BackendError::Unsupported { why, .. })) => {
+                    return Ok(format!("not provided, refused as unsupported: {why}"))
+                }
+                Err(e) => return Err(chain("write", &e)),
+                Ok(()) => {}
+            }
+            let back = files
+                .read_to_bytes("conformance.bin")
+                .await
+                .map_err(|e| chain("read", &e))?;
+            if back != data {
+                return Err(format!(
+                    "read {} bytes back, not the {} written",
+                    back.len(),
+                    data.len()
+                ));
+            }
+            for path in ["../outside", "/etc/passwd"] {
+                match files.read(path).await {
+                    Err(SandboxError::PathRefused { .. }) => {}
+                    Err(e) => return Err(chain(&format!("read {path}"), &e)),
+                    Ok(_) => return Err(format!("{path} was read")),
+                }
+            }
+            Ok("70000 bytes written and read back; '..' and absolute paths refused".into())
         })
         .await
     }
