@@ -602,3 +602,96 @@ async fn the_file_api_is_confined_to_the_workspace_and_writes_atomically() {
     file_api_confinement(&sb).await;
     sb.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exposed_ports_need_a_network_and_reach_a_detached_server() {
+    if docker_or_skip("exposed_ports_need_a_network")
+        .await
+        .is_none()
+    {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let image = test_image();
+    // On no network, nothing could be published: refused, nothing made.
+    let out = berth_in(
+        h,
+        &[
+            "create",
+            "nonet",
+            "--backend",
+            "docker",
+            "--image",
+            &image,
+            "--expose",
+            "8000",
+        ],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--network"), "{stderr}");
+    assert!(!berth_in(h, &["inspect", "nonet"]).status.success());
+    // On a network of the user's, the port is published on loopback.
+    let net = format!("berth-test-ports-{}", std::process::id());
+    let made = Command::new("docker")
+        .args(["network", "create", &net])
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    berth_ok(
+        h,
+        &[
+            "create",
+            "web",
+            "--backend",
+            "docker",
+            "--image",
+            &image,
+            "--network",
+            &net,
+            "--expose",
+            "8000",
+        ],
+    );
+    berth_ok(h, &["exec", "web", "--", "echo served > index.html"]);
+    berth_ok(
+        h,
+        &[
+            "exec",
+            "web",
+            "--detach",
+            "--name",
+            "httpd",
+            "--",
+            "httpd -f -p 8000 -h /workspace",
+        ],
+    );
+    let address = berth_ok(h, &["port", "web", "8000"]).trim().to_string();
+    assert!(address.starts_with("127.0.0.1:"), "{address}");
+    let listing = berth_ok(h, &["port", "web"]);
+    assert!(listing.contains("8000/tcp -> 127.0.0.1:"), "{listing}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        let answer = std::net::TcpStream::connect(&address).and_then(|mut s| {
+            s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")?;
+            let mut text = String::new();
+            s.read_to_string(&mut text)?;
+            Ok(text)
+        });
+        match answer {
+            Ok(text) if text.contains("served") => break text,
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            other => panic!("the detached server did not answer on {address}: {other:?}"),
+        }
+    };
+    assert!(body.starts_with("HTTP/1.") && body.contains(" 200 "), "{body}");
+    berth_ok(h, &["rm", "web"]);
+    let _ = Command::new("docker")
+        .args(["network", "rm", &net])
+        .output();
+}

@@ -62,6 +62,13 @@ enum Command {
         #[arg(last = true)]
         command: Vec<String>,
     },
+    /// Where a sandbox's published ports are reached on this host.
+    Port {
+        /// Sandbox name.
+        name: String,
+        /// Only this port (`8080` or `8080/tcp`): print its address alone.
+        port: Option<String>,
+    },
     /// Copy files or trees between this host and a sandbox
     /// (`berth cp ./in box:/workspace/in`, `berth cp box:out.csv .`).
     Cp {
@@ -176,6 +183,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Kill { name, id, signal } => sandboxes::kill(&name, &id, &signal).await,
         Command::Wait { name, id } => sandboxes::wait(&name, &id).await,
         Command::Shell { name, command } => sandboxes::shell(&name, &command).await,
+        Command::Port { name, port } => sandboxes::port(&name, port.as_deref()).await,
         Command::Cp { from, to } => sandboxes::cp(&from, &to).await,
         Command::Files { name, command } => sandboxes::files(&name, command).await,
         Command::Stop { name } => sandboxes::stop(&name).await,

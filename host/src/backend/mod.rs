@@ -83,6 +83,15 @@ impl BackendState {
     }
 }
 
+/// A sandbox port reachable from outside it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PublishedPort {
+    /// The port inside the sandbox, with its protocol (`8080/tcp`).
+    pub port: String,
+    /// Where it is reached (`127.0.0.1:32768`).
+    pub address: String,
+}
+
 /// Where Berth's helper program is inside a sandbox (see
 /// [`Backend::helper`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,6 +257,13 @@ pub trait Backend: Send + Sync {
     async fn exec(&self, request: ExecRequest) -> Result<ExecResult, BackendError> {
         let (out, err, tail) = (request.stdout_cap, request.stderr_cap, request.tail_kept);
         self.spawn(request).await?.collect(out, err, tail).await
+    }
+
+    /// The ports of the sandbox published on this host's side, as
+    /// `docker port` lists them. By default, none (backends that publish
+    /// nothing).
+    async fn published_ports(&self) -> Result<Vec<PublishedPort>, BackendError> {
+        Ok(Vec::new())
     }
 
     /// Berth's helper program inside the sandbox (the `berth-agent` binary),

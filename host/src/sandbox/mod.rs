@@ -175,6 +175,14 @@ impl Sandbox {
         Ok(self.backend.spawn(request).await?)
     }
 
+    /// The sandbox's ports published on this host (see
+    /// [`Backend::published_ports`]).
+    pub async fn published_ports(
+        &self,
+    ) -> Result<Vec<crate::backend::PublishedPort>, SandboxError> {
+        Ok(self.backend.published_ports().await?)
+    }
+
     /// Starts an interactive shell (or `command`) on a new terminal of
     /// `size`: write keystrokes with [`ExecProcess::write_stdin`], read the
     /// terminal's output as stdout events, and resize with

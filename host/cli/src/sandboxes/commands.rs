@@ -263,6 +263,37 @@ pub async fn wait(name: &str, id: &str) -> anyhow::Result<ExitCode> {
     Ok(exit_code(code))
 }
 
+/// `berth port NAME [PORT]`: where each published port is reached, as
+/// `docker port` prints it.
+pub async fn port(name: &str, port: Option<&str>) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let (lock, sandbox) = attach_locked(&home, name).await?;
+    drop(lock);
+    let ports = sandbox.published_ports().await?;
+    let wanted = |p: &str| match port {
+        None => true,
+        Some(w) => p == w || p.split('/').next() == Some(w),
+    };
+    let shown: Vec<_> = ports.iter().filter(|p| wanted(&p.port)).collect();
+    if shown.is_empty() {
+        anyhow::bail!(
+            "{name} publishes {}",
+            match port {
+                Some(p) => format!("no port {p}"),
+                None => "no ports (create it with --expose PORT and a --network)".into(),
+            }
+        );
+    }
+    for p in shown {
+        if port.is_some() {
+            println!("{}", p.address);
+        } else {
+            println!("{} -> {}", p.port, p.address);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `berth shell NAME [-- COMMAND]`.
 pub async fn shell(name: &str, command: &[String]) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;

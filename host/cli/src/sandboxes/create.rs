@@ -156,6 +156,13 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             if let Some(n) = &args.network {
                 o = o.network(n.clone());
             }
+            if !args.expose.is_empty() && args.network.as_deref().unwrap_or("none") == "none" {
+                bail!(
+                    "--expose {} needs a network the engine can publish on, and the sandbox has none (the default, --network none): \
+                     make one (`docker network create NET`) and add --network NET, or leave --expose out",
+                    args.expose.join(",")
+                );
+            }
             for p in &args.expose {
                 o = o.expose(p.clone());
             }

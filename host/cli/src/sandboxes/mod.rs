@@ -20,7 +20,7 @@ mod listing;
 mod remove;
 mod run;
 
-pub use commands::{exec, kill, logs, ps, shell, wait, ExecArgs, LogsArgs};
+pub use commands::{exec, kill, logs, port, ps, shell, wait, ExecArgs, LogsArgs};
 pub use create::{create, CreateArgs};
 pub use files::{cp, files, FilesCommand};
 pub use listing::{fork, ls};

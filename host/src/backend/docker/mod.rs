@@ -40,7 +40,8 @@ use bollard::Docker;
 use futures::StreamExt;
 
 use super::{
-    ArchiveStream, Backend, BackendError, ExecProcess, ExecRequest, Provisioned, SandboxHelper,
+    ArchiveStream, Backend, BackendError, ExecProcess, ExecRequest, Provisioned, PublishedPort,
+    SandboxHelper,
 };
 use crate::byte_pipe;
 use crate::workspace::archive;
@@ -548,6 +549,30 @@ impl Backend for DockerBackend {
             });
         }
         self.spawn_plain(&request).await
+    }
+
+    async fn published_ports(&self) -> Result<Vec<PublishedPort>, BackendError> {
+        let Some(info) = self.find_container().await? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let ports = info
+            .network_settings
+            .and_then(|n| n.ports)
+            .unwrap_or_default();
+        for (port, bindings) in ports {
+            for b in bindings.unwrap_or_default() {
+                let host = b.host_ip.unwrap_or_else(|| "0.0.0.0".into());
+                if let Some(p) = b.host_port.filter(|p| !p.is_empty()) {
+                    out.push(PublishedPort {
+                        port: port.clone(),
+                        address: format!("{host}:{p}"),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.port.cmp(&b.port));
+        Ok(out)
     }
 
     /// The agent copied into the container (`/.berth/agent`); background

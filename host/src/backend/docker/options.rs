@@ -342,6 +342,17 @@ impl BackendOptions for DockerOptions {
         self: Box<Self>,
         context: &CreateContext<'_>,
     ) -> Result<Box<dyn Backend>, BackendError> {
+        if !self.state.exposed_ports.is_empty() && self.state.network == "none" {
+            return Err(BackendError::Config {
+                backend: "docker backend",
+                message: format!(
+                    "port {} is to be published, but the sandbox has no network (network `none`, the default), \
+                     on which the engine cannot publish a port: give it a network (a bridge network of yours, \
+                     or `bridge`) to reach the port from this host, or publish nothing",
+                    self.state.exposed_ports.join(", ")
+                ),
+            });
+        }
         let progress = self.pull_progress.clone();
         let state = self.into_state(
             context.session_id,
