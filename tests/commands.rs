@@ -689,7 +689,10 @@ async fn exposed_ports_need_a_network_and_reach_a_detached_server() {
             other => panic!("the detached server did not answer on {address}: {other:?}"),
         }
     };
-    assert!(body.starts_with("HTTP/1.") && body.contains(" 200 "), "{body}");
+    assert!(
+        body.starts_with("HTTP/1.") && body.contains(" 200 "),
+        "{body}"
+    );
     berth_ok(h, &["rm", "web"]);
     let _ = Command::new("docker")
         .args(["network", "rm", &net])

@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
+mod commands;
 mod dedup;
 mod docker;
 mod plugins;
 mod s3;
 
+use commands::*;
 use dedup::*;
 use docker::*;
 use plugins::*;
@@ -35,7 +37,7 @@ pub struct BenchArgs {
     #[arg(long)]
     runs: Option<usize>,
     /// Run only these groups (repeatable): persist (persist, restore and
-    /// memory), dedup, plugins, docker, s3. By default, all.
+    /// memory), dedup, plugins, docker, commands, s3. By default, all.
     #[arg(long)]
     only: Vec<String>,
     /// Where to write the JSON results.
@@ -371,6 +373,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match docker_rows(&client, base.path(), runs, args.quick).await {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: Docker rows skipped: {e:#}"),
+        }
+    }
+    if want("commands") {
+        let image =
+            std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
+        match command_rows(&client, &image, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: command rows skipped: {e:#}"),
         }
     }
     if want("s3") {
