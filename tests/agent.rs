@@ -340,7 +340,7 @@ async fn commands_fall_back_to_execs_when_the_agent_cannot_run_or_misbehaves() {
     let liar = dir.path().join("liar");
     std::fs::write(
         &liar,
-        "#!/bin/sh\nprintf '\\000\\000\\000\\011\\012\\000\\000\\000\\000\\000\\000\\000\\001'\nsleep 1\nprintf '\\377\\377\\377\\377'\nsleep 5\n",
+        "#!/bin/sh\nprintf '\\000\\000\\000\\011\\012\\000\\000\\000\\000\\000\\000\\000\\002'\nsleep 1\nprintf '\\377\\377\\377\\377'\nsleep 5\n",
     )
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
