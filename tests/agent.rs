@@ -11,21 +11,11 @@ use std::time::Duration;
 
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
-use berth::sandbox::{BackendSpec, Sandbox, SandboxClient, SandboxSpec, SnapshotSpec};
-use berth::workspace::WorkspaceSpec;
-use berth_tests::{berth_bin, docker_or_skip, sh, test_image};
+use berth::sandbox::{BackendSpec, Sandbox, SandboxClient};
+use berth_tests::{berth_bin, docker_or_skip, sh, started_sandbox, test_image};
 
 async fn sandbox(client: &SandboxClient, options: DockerOptions) -> Sandbox {
-    let mut sb = client
-        .create(
-            SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::new(options)),
-        )
-        .await
-        .unwrap();
-    sb.start().await.unwrap();
-    sb
+    started_sandbox(client, BackendSpec::new(options)).await
 }
 
 /// The agent's processes in the container (busybox `ps`).

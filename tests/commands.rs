@@ -14,33 +14,16 @@ use std::time::{Duration, Instant};
 
 use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
-use berth::sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxError, SandboxSpec, SnapshotSpec,
-};
-use berth::workspace::WorkspaceSpec;
-use berth_tests::{berth_bin, berth_in, berth_ok, docker_or_skip, sh, test_image};
+use berth::sandbox::{BackendSpec, Sandbox, SandboxClient, SandboxError};
+use berth_tests::{berth_bin, berth_in, berth_ok, docker_or_skip, sh, started_sandbox, test_image};
 use sha2::Digest;
 
 async fn docker_sandbox(client: &SandboxClient) -> Sandbox {
-    let mut sb = client
-        .create(
-            SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::new(DockerOptions::new(test_image()))),
-        )
-        .await
-        .unwrap();
-    sb.start().await.unwrap();
-    sb
+    started_sandbox(client, BackendSpec::new(DockerOptions::new(test_image()))).await
 }
 
 async fn local_sandbox(client: &SandboxClient) -> Sandbox {
-    let mut sb = client
-        .create(SandboxSpec::new(WorkspaceSpec::default()).snapshot(SnapshotSpec::Noop))
-        .await
-        .unwrap();
-    sb.start().await.unwrap();
-    sb
+    started_sandbox(client, BackendSpec::local()).await
 }
 
 /// Seconds since boot, as the kernel counts them (the same clock inside a

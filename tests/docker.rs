@@ -11,7 +11,9 @@ use berth::sandbox::{
     SnapshotSpec, StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
-use berth_tests::{container_id, docker_or_skip, resume_from_json, sh, test_image};
+use berth_tests::{
+    container_id, docker_or_skip, resume_from_json, sh, started_sandbox, test_image,
+};
 use bollard::query_parameters::{
     InspectContainerOptions, RemoveContainerOptionsBuilder, StopContainerOptions,
 };
@@ -132,15 +134,7 @@ async fn timeout_kills_the_process_inside_the_container() {
     };
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path());
-    let mut sb = client
-        .create(
-            SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::new(DockerOptions::new(test_image()))),
-        )
-        .await
-        .unwrap();
-    sb.start().await.unwrap();
+    let mut sb = started_sandbox(&client, BackendSpec::new(DockerOptions::new(test_image()))).await;
     let t = Instant::now();
     let r = sb
         .exec(ExecRequest::new(
@@ -199,15 +193,7 @@ async fn limits_labels_and_secure_defaults_are_on_the_container() {
             "--label".into(),
             "team=agents".into(),
         ]);
-    let mut sb = client
-        .create(
-            SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::new(options)),
-        )
-        .await
-        .unwrap();
-    sb.start().await.unwrap();
+    let mut sb = started_sandbox(&client, BackendSpec::new(options)).await;
     let state = sb.state();
     let info = docker
         .inspect_container(&container_id(&state), None::<InspectContainerOptions>)
@@ -383,15 +369,7 @@ async fn a_daemon_error_keeps_its_status_for_callers_to_match() {
     };
     let dir = tempfile::tempdir().unwrap();
     let client = SandboxClient::new(dir.path());
-    let mut sb = client
-        .create(
-            SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
-                .backend(BackendSpec::new(DockerOptions::new(test_image()))),
-        )
-        .await
-        .unwrap();
-    sb.start().await.unwrap();
+    let sb = started_sandbox(&client, BackendSpec::new(DockerOptions::new(test_image()))).await;
     // The container goes away under a sandbox that is still held.
     docker
         .remove_container(

@@ -254,6 +254,20 @@ pub fn s3_manifest(dir: &Path, s3: &S3Env, prefix: &str) -> PathBuf {
     manifest
 }
 
+/// A started sandbox on `backend` with the default manifest and no
+/// snapshot.
+pub async fn started_sandbox(
+    client: &berth::sandbox::SandboxClient,
+    backend: berth::sandbox::BackendSpec,
+) -> berth::sandbox::Sandbox {
+    let spec = berth::sandbox::SandboxSpec::new(berth::workspace::WorkspaceSpec::default())
+        .snapshot(berth::sandbox::SnapshotSpec::Noop)
+        .backend(backend);
+    let mut sb = client.create(spec).await.unwrap();
+    sb.start().await.unwrap();
+    sb
+}
+
 /// Runs `cmd` in the sandbox and returns its stdout; panics unless it
 /// exits 0.
 pub async fn sh(sb: &berth::sandbox::Sandbox, cmd: &str) -> String {

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth::backend::docker::{DockerOptions, DockerState};
+use berth::backend::docker::DockerOptions;
 use berth::backend::{ExecEvent, ExecRequest, PtySize};
 use berth::sandbox::{BackendSpec, Sandbox, SandboxClient, SandboxSpec, SnapshotSpec};
 use berth::workspace::WorkspaceSpec;
@@ -63,12 +63,7 @@ pub(super) async fn command_rows(
         )
         .await?;
     sb.start().await?;
-    let id = sb
-        .state()
-        .backend
-        .decode::<DockerState>()?
-        .container_id
-        .unwrap_or_default();
+    let id = container_of(&sb)?;
     let n = if quick { 5 } else { 30 };
     // The agent starts with the first command; time the ones after.
     berth_first_byte(&sb, "echo warm").await?;

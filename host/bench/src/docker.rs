@@ -15,6 +15,16 @@ use berth::workspace::WorkspaceSpec;
 /// Berth side by side with GNU tar, the docker CLI and boto3.
 use super::*;
 
+/// The id of the container holding a Docker sandbox.
+pub(super) fn container_of(sb: &berth::sandbox::Sandbox) -> anyhow::Result<String> {
+    Ok(sb
+        .state()
+        .backend
+        .decode::<DockerState>()?
+        .container_id
+        .unwrap_or_default())
+}
+
 pub(super) async fn docker_rows(
     client: &SandboxClient,
     base: &Path,
@@ -64,12 +74,7 @@ pub(super) async fn docker_rows(
     // exec round trip vs docker exec
     let mut sb = new_sandbox().await?;
     sb.start().await?;
-    let id = sb
-        .state()
-        .backend
-        .decode::<DockerState>()?
-        .container_id
-        .unwrap_or_default();
+    let id = container_of(&sb)?;
     let n = if quick { 10 } else { 50 };
     // The agent starts with the first command; time the ones after.
     sb.exec(ExecRequest::new("true", Duration::from_secs(30)))

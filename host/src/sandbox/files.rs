@@ -19,7 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use super::helper::{helper_failure, STREAMED};
 use super::{Sandbox, SandboxError};
-use crate::backend::{ExecEvent, ExecProcess};
+use crate::backend::{ExecEvent, ExecInput, ExecProcess};
 use crate::workspace::archive::{self, ArchiveLimits};
 
 /// What kind of file a path names.
@@ -188,58 +188,23 @@ impl Files<'_> {
     pub async fn write(
         &self,
         path: &str,
-        mut data: impl AsyncRead + Unpin + Send,
+        data: impl AsyncRead + Unpin + Send,
         len: u64,
         mode: Option<u32>,
     ) -> Result<(), SandboxError> {
         let size = len.to_string();
         let mode = mode.map(|m| format!("{m:o}")).unwrap_or_else(|| "-".into());
-        let mut process = self
+        let process = self
             .sandbox
             .start_helper("fs", &["write", path, &size, &mode], STREAMED, true)
             .await?;
-        let input = process.input();
-        let mut stderr = Vec::new();
-        let mut sent = 0u64;
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut source_done = false;
-        loop {
-            tokio::select! {
-                n = data.read(&mut buf), if !source_done => {
-                    let n = n.map_err(|e| SandboxError::Helper {
-                        operation: format!("fs write {path}"),
-                        message: format!("reading the source: {e}; the file was left as it was"),
-                    })?;
-                    let n = (n as u64).min(len - sent) as usize;
-                    if n == 0 {
-                        source_done = true;
-                        let _ = input.send(crate::backend::ExecInput::CloseStdin).await;
-                        continue;
-                    }
-                    sent += n as u64;
-                    let chunk = Bytes::copy_from_slice(&buf[..n]);
-                    if input.send(crate::backend::ExecInput::Stdin(chunk)).await.is_err() {
-                        source_done = true;
-                    }
-                }
-                event = process.next_event() => match event {
-                    Some(Ok(ExecEvent::Stderr(b))) => push_capped(&mut stderr, &b),
-                    Some(Ok(ExecEvent::Stdout(_))) => {}
-                    Some(Ok(ExecEvent::Exit(exit))) => {
-                        return if exit.exit_code == 0 {
-                            Ok(())
-                        } else {
-                            Err(helper_failure("fs write", path, exit.exit_code, &String::from_utf8_lossy(&stderr)))
-                        };
-                    }
-                    Some(Err(e)) => return Err(e.into()),
-                    None => return Err(SandboxError::Helper {
-                        operation: format!("fs write {path}"),
-                        message: "the helper ended without an answer".into(),
-                    }),
-                }
-            }
-        }
+        let source_error = |e: std::io::Error| SandboxError::Helper {
+            operation: format!("fs write {path}"),
+            message: format!("reading the source: {e}; the file was left as it was"),
+        };
+        feed_helper(process, data, len, "fs write", path, source_error)
+            .await
+            .map(drop)
     }
 
     /// Copies the host path `from` (a file, or a directory's tree) into
@@ -291,48 +256,15 @@ impl Files<'_> {
             });
         }
         let cap = self.cap.to_string();
-        let mut process = self
+        let process = self
             .sandbox
             .start_helper("fs", &["untar", &dest, &cap], STREAMED, true)
             .await?;
-        let mut tar = archive::pack_dir(from.to_path_buf(), Vec::new());
-        let input = process.input();
-        let mut stderr = Vec::new();
-        let mut sent = 0u64;
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut source_done = false;
-        loop {
-            tokio::select! {
-                n = tar.read(&mut buf), if !source_done => {
-                    let n = n.map_err(|e| host_error(from, e))?;
-                    if n == 0 {
-                        source_done = true;
-                        let _ = input.send(crate::backend::ExecInput::CloseStdin).await;
-                        continue;
-                    }
-                    sent += n as u64;
-                    if input.send(crate::backend::ExecInput::Stdin(Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
-                        source_done = true;
-                    }
-                }
-                event = process.next_event() => match event {
-                    Some(Ok(ExecEvent::Stderr(b))) => push_capped(&mut stderr, &b),
-                    Some(Ok(ExecEvent::Stdout(_))) => {}
-                    Some(Ok(ExecEvent::Exit(exit))) => {
-                        return if exit.exit_code == 0 {
-                            Ok(sent)
-                        } else {
-                            Err(helper_failure("fs untar", &dest, exit.exit_code, &String::from_utf8_lossy(&stderr)))
-                        };
-                    }
-                    Some(Err(e)) => return Err(e.into()),
-                    None => return Err(SandboxError::Helper {
-                        operation: format!("fs untar {dest}"),
-                        message: "the helper ended without an answer".into(),
-                    }),
-                }
-            }
-        }
+        let tar = archive::pack_dir(from.to_path_buf(), Vec::new());
+        feed_helper(process, tar, u64::MAX, "fs untar", &dest, |e| {
+            host_error(from, e)
+        })
+        .await
     }
 
     /// Copies the sandbox path `from` (a file, or a directory's tree) to
@@ -444,6 +376,66 @@ impl Files<'_> {
             }
         }
         Ok(dest)
+    }
+}
+
+/// Feeds at most `limit` bytes of `source` to a helper's stdin, closing it
+/// where the source (or the limit) ends, while reading the helper's
+/// answer. Returns the bytes sent once the helper exits 0; otherwise the
+/// error its exit names (`operation subject`), or the source's, made by
+/// `source_error`.
+async fn feed_helper(
+    mut process: ExecProcess,
+    mut source: impl AsyncRead + Unpin,
+    limit: u64,
+    operation: &str,
+    subject: &str,
+    source_error: impl Fn(std::io::Error) -> SandboxError,
+) -> Result<u64, SandboxError> {
+    let input = process.input();
+    let mut stderr = Vec::new();
+    let mut sent = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut source_done = false;
+    loop {
+        tokio::select! {
+            n = source.read(&mut buf), if !source_done => {
+                let n = (n.map_err(&source_error)? as u64).min(limit - sent) as usize;
+                if n == 0 {
+                    source_done = true;
+                    let _ = input.send(ExecInput::CloseStdin).await;
+                    continue;
+                }
+                sent += n as u64;
+                let chunk = Bytes::copy_from_slice(&buf[..n]);
+                if input.send(ExecInput::Stdin(chunk)).await.is_err() {
+                    source_done = true;
+                }
+            }
+            event = process.next_event() => match event {
+                Some(Ok(ExecEvent::Stderr(b))) => push_capped(&mut stderr, &b),
+                Some(Ok(ExecEvent::Stdout(_))) => {}
+                Some(Ok(ExecEvent::Exit(exit))) => {
+                    return if exit.exit_code == 0 {
+                        Ok(sent)
+                    } else {
+                        Err(helper_failure(
+                            operation,
+                            subject,
+                            exit.exit_code,
+                            &String::from_utf8_lossy(&stderr),
+                        ))
+                    };
+                }
+                Some(Err(e)) => return Err(e.into()),
+                None => {
+                    return Err(SandboxError::Helper {
+                        operation: format!("{operation} {subject}"),
+                        message: "the helper ended without an answer".into(),
+                    })
+                }
+            }
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use super::{api, op, DockerBackend};
 use crate::backend::exec::TIMEOUT_EXIT_CODE;
 use crate::backend::{
     BackendError, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecProcess, ExecRequest, ExecResult,
+    PtySize,
 };
 
 /// How long output may go on after a kill before it is abandoned.
@@ -110,15 +111,7 @@ async fn start_exec(
         }
     };
     if let Some(size) = request.pty {
-        let _ = docker
-            .resize_exec(
-                &exec.id,
-                bollard::query_parameters::ResizeExecOptions {
-                    h: size.rows as i32,
-                    w: size.cols as i32,
-                },
-            )
-            .await;
+        resize(docker, &exec.id, size).await;
     }
     let (process, driver) = ExecProcess::channel();
     tokio::spawn(drive(
@@ -207,11 +200,10 @@ async fn drive(exec: Exec, mut stdin: Stdin, mut output: Output, driver: ExecDri
         tokio::select! {
             item = output.next() => {
                 let event = match item {
-                    Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => {
-                        ExecEvent::Stdout(message)
-                    }
-                    Some(Ok(LogOutput::StdErr { message })) => ExecEvent::Stderr(message),
-                    Some(Ok(LogOutput::StdIn { .. })) => continue,
+                    Some(Ok(item)) => match event_of(item) {
+                        Some(event) => event,
+                        None => continue,
+                    },
                     Some(Err(e)) => {
                         let _ = events.send(Err(api("reading the exec output", e))).await;
                         return;
@@ -240,18 +232,7 @@ async fn drive(exec: Exec, mut stdin: Stdin, mut output: Output, driver: ExecDri
                         let _ = w.shutdown().await;
                     }
                 }
-                Some(ExecInput::Resize(size)) => {
-                    let _ = exec
-                        .docker
-                        .resize_exec(
-                            &exec.id,
-                            bollard::query_parameters::ResizeExecOptions {
-                                h: size.rows as i32,
-                                w: size.cols as i32,
-                            },
-                        )
-                        .await;
-                }
+                Some(ExecInput::Resize(size)) => resize(&exec.docker, &exec.id, size).await,
                 Some(ExecInput::Signal(signal)) => exec.signal_group(signal).await,
             },
             _ = events.closed() => {
@@ -269,12 +250,8 @@ async fn drive(exec: Exec, mut stdin: Stdin, mut output: Output, driver: ExecDri
         // What the command printed up to its kill is kept.
         let _ = tokio::time::timeout(KILL_GRACE, async {
             while let Some(Ok(item)) = output.next().await {
-                let event = match item {
-                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                        ExecEvent::Stdout(message)
-                    }
-                    LogOutput::StdErr { message } => ExecEvent::Stderr(message),
-                    LogOutput::StdIn { .. } => continue,
+                let Some(event) = event_of(item) else {
+                    continue;
                 };
                 if events.send(Ok(event)).await.is_err() {
                     return;
@@ -305,6 +282,30 @@ async fn drive(exec: Exec, mut stdin: Stdin, mut output: Output, driver: ExecDri
         exit.notes.push(note);
     }
     let _ = events.send(Ok(ExecEvent::Exit(exit))).await;
+}
+
+/// A chunk of an exec's output as an event (`None`: an echo of stdin).
+fn event_of(item: LogOutput) -> Option<ExecEvent> {
+    match item {
+        LogOutput::StdOut { message } | LogOutput::Console { message } => {
+            Some(ExecEvent::Stdout(message))
+        }
+        LogOutput::StdErr { message } => Some(ExecEvent::Stderr(message)),
+        LogOutput::StdIn { .. } => None,
+    }
+}
+
+/// Tells an exec's terminal its size (a failure leaves the old size).
+async fn resize(docker: &Docker, exec_id: &str, size: PtySize) {
+    let _ = docker
+        .resize_exec(
+            exec_id,
+            bollard::query_parameters::ResizeExecOptions {
+                h: size.rows as i32,
+                w: size.cols as i32,
+            },
+        )
+        .await;
 }
 
 /// Says, after a SIGKILL under a memory limit, that the out-of-memory
