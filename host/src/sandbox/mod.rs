@@ -24,6 +24,7 @@ mod files;
 mod generations;
 mod helper;
 mod moving;
+mod named;
 mod options;
 mod persist;
 mod processes;
@@ -41,13 +42,14 @@ pub use client::{SandboxClient, SandboxClientBuilder, SandboxSpec};
 pub use error::SandboxError;
 pub use files::{FileInfo, FileKind, FileReader, Files};
 pub use moving::OrphanCleanup;
+pub use named::{NamedSandbox, NamedSandboxError, NamedSandboxes};
 pub use options::{Progress, ProgressFn, SandboxOptions, SaveState, StartBranch, StateSink};
 pub use processes::{BackgroundProcess, DetachRequest, ProcessState, Processes, DEFAULT_LOG_RING};
 pub use snapshot_binding::SnapshotSpec;
 pub use state::{
     BackgroundRecord, Orphan, PluginRef, SandboxState, SnapshotState, WorkspaceLineage,
 };
-pub use state_file::{StateFile, StateLock};
+pub use state_file::{StateFile, StateFileError, StateLock};
 
 use crate::backend::{Backend, ExecProcess, ExecRequest, ExecResult, PtySize};
 use crate::snapshot::SandboxSnapshot;

@@ -21,7 +21,7 @@ enum Place {
 /// `/`, a valid id); anything else is a host path (`./a:b` is one).
 fn place(arg: &str) -> Place {
     if let Some((name, path)) = arg.split_once(':') {
-        if !name.contains('/') && SnapshotId::parse(name).is_ok() {
+        if !name.contains('/') && berth::SnapshotId::parse(name).is_ok() {
             return Place::Sandbox {
                 name: name.to_string(),
                 path: if path.is_empty() {

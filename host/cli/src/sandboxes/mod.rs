@@ -6,10 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use berth::backend::docker::{DockerProvider, PullProgress};
 use berth::sandbox::{
-    Progress, Sandbox, SandboxClient, SandboxOptions, SandboxState, SnapshotSpec, StateFile,
-    StateLock, StateSink,
+    NamedSandboxes, Progress, Sandbox, SandboxClient, SandboxOptions, SnapshotSpec, StateLock,
 };
-use berth::SnapshotId;
 
 use crate::{leftovers, table};
 
@@ -26,7 +24,6 @@ pub use files::{cp, files, FilesCommand};
 pub use listing::{fork, ls};
 pub use remove::{gc, gc_orphans, rm};
 pub use run::{hydrate, inspect, persist, start, stop, StartArgs};
-use serde::{Deserialize, Serialize};
 
 /// `$BERTH_HOME`, else `$XDG_DATA_HOME/berth`, else `~/.local/share/berth`.
 pub fn berth_home() -> anyhow::Result<PathBuf> {
@@ -42,74 +39,41 @@ pub fn berth_home() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// What the CLI keeps per sandbox.
-#[derive(Serialize, Deserialize)]
-struct Saved {
-    name: String,
-    #[serde(default)]
-    compression: bool,
-    /// Pause the container while `stop` reads the workspace.
-    #[serde(default = "yes")]
-    freeze: bool,
-    state: SandboxState,
-}
+/// What the CLI keeps per sandbox (shared with `berth serve`).
+type Saved = berth::sandbox::NamedSandbox;
 
-fn yes() -> bool {
-    true
+/// The named sandboxes under `home`, resumed through the CLI's client.
+fn named(home: &Path) -> NamedSandboxes {
+    NamedSandboxes::new(client(home))
 }
 
 fn state_path(home: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    SnapshotId::parse(name).with_context(|| format!("{name:?} is not a valid sandbox name"))?;
-    Ok(home.join("sandboxes").join(format!("{name}.json")))
+    Ok(named(home).state_file(name)?.path().to_path_buf())
 }
 
 /// Takes sandbox `name`'s lock: lifecycle commands hold it from before they
 /// read the state until after they wrote it, so parallel commands on one
 /// sandbox see each other's work instead of racing.
 async fn lock(home: &Path, name: &str) -> anyhow::Result<StateLock> {
-    Ok(StateFile::new(state_path(home, name)?).lock().await?)
+    Ok(named(home).lock(name).await?)
 }
 
 fn load(home: &Path, name: &str) -> anyhow::Result<Saved> {
-    let path = state_path(home, name)?;
-    let text = StateFile::new(&path).read()?.with_context(|| {
-        format!(
-            "no sandbox named {name:?} (looked for {}); see `berth ls`",
-            path.display()
-        )
-    })?;
-    serde_json::from_str(&text).with_context(|| format!("state file {} is corrupt", path.display()))
+    Ok(named(home).load(name)?)
 }
 
 /// Writes the state file atomically: temp file, fsync, rename.
 fn save(home: &Path, saved: &Saved) -> anyhow::Result<()> {
-    let path = state_path(home, &saved.name)?;
-    StateFile::new(path).write(&serde_json::to_string_pretty(saved)?)?;
-    Ok(())
+    Ok(named(home).save(saved)?)
 }
 
 /// Options for a CLI sandbox: the state file is rewritten (atomically)
-/// whenever the lifecycle says a crash must not lose the moment.
+/// whenever the lifecycle says a crash must not lose the moment; progress
+/// drawn on stderr.
 fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxOptions {
-    let home = home.to_path_buf();
-    let name = name.to_string();
-    let sink = move |state: &SandboxState| {
-        let saved = Saved {
-            name: name.clone(),
-            compression,
-            freeze,
-            state: state.clone(),
-        };
-        save(&home, &saved)
-            .map_err(|e| Box::<dyn std::error::Error + Send + Sync>::from(format!("{e:#}")))
-    };
-    SandboxOptions {
-        compression,
-        freeze_during_stop: freeze,
-        state_sink: Some(StateSink(std::sync::Arc::new(sink))),
-        progress: progress_bar(),
-        ..SandboxOptions::default()
-    }
+    let mut options = named(home).options(name, compression, freeze);
+    options.progress = progress_bar();
+    options
 }
 
 /// The client every command uses: sandboxes under `home`, image pulls
@@ -189,24 +153,15 @@ fn progress_bar() -> Option<Progress> {
 /// workspace if it is gone), saving what that changed even when it failed.
 /// Returns the lock (still held) and the running sandbox.
 async fn attach_locked(home: &Path, name: &str) -> anyhow::Result<(StateLock, Sandbox)> {
-    let lock = lock(home, name).await?;
-    let mut saved = load(home, name)?;
-    let mut sandbox = resume(home, &saved).await?;
-    let attached = sandbox.attach().await;
-    saved.state = sandbox.state();
-    save(home, &saved)?;
-    attached?;
+    let (lock, _, sandbox) = named(home)
+        .attach_locked_with(name, |o| o.progress = progress_bar())
+        .await?;
     Ok((lock, sandbox))
 }
 
 async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {
-    let client = client(home);
-    Ok(client
-        .resume(
-            saved.state.clone(),
-            None,
-            options(home, &saved.name, saved.compression, saved.freeze),
-        )
+    Ok(named(home)
+        .resume(saved, |o| o.progress = progress_bar())
         .await?)
 }
 
@@ -253,21 +208,9 @@ fn count(n: usize, noun: &str) -> String {
 
 /// Every sandbox's saved state, by name.
 fn saved_sandboxes(home: &Path) -> Vec<Saved> {
-    let mut rows = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(home.join("sandboxes")) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.extension().is_some_and(|x| x == "json") {
-                match std::fs::read_to_string(&p)
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<Saved>(&t).ok())
-                {
-                    Some(s) => rows.push(s),
-                    None => eprintln!("berth: skipping unreadable state file {}", p.display()),
-                }
-            }
-        }
+    let (rows, unreadable) = named(home).list();
+    for p in unreadable {
+        eprintln!("berth: skipping unreadable state file {}", p.display());
     }
-    rows.sort_by(|a, b| a.name.cmp(&b.name));
     rows
 }

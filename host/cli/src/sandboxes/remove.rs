@@ -83,7 +83,7 @@ these orphans are still there; `berth rm {name}` again once their engine answers
             }
         }
     }
-    StateFile::new(&path).remove()?;
+    berth::sandbox::StateFile::new(&path).remove()?;
     println!("removed {name}");
     Ok(ExitCode::SUCCESS)
 }
