@@ -30,3 +30,5 @@ mod nothing_lost;
 mod plugin_host;
 #[path = "round_trip.rs"]
 mod round_trip;
+#[path = "server.rs"]
+mod server;

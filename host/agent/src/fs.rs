@@ -406,6 +406,12 @@ fn copy(mut from: impl Read, to: &mut impl Write, cap: u64) -> Result<u64, Failu
 /// Writes exactly `size` bytes of stdin to a new file beside the target,
 /// then renames it over the target: a reader sees the old file or the new
 /// one, and an interrupted write leaves the old one.
+///
+/// The new file is an unnamed inode (`O_TMPFILE`) that gets a name only
+/// once all of it is written, so a writer killed mid-way (SIGKILL, its
+/// container's agent gone with the host) leaves nothing behind. Where the
+/// filesystem has no `O_TMPFILE`, a named temporary file is used and
+/// removed on every failure this process lives to see.
 fn write_atomically(
     root: &OwnedFd,
     rel: &Path,
@@ -429,20 +435,36 @@ fn write_atomically(
         String::from_utf8_lossy(name.as_bytes()),
         std::process::id()
     )))?;
+    let dot = cstring(OsStr::new("."))?;
     // SAFETY: openat reads a name we own.
-    let fd = unsafe {
+    let unnamed = unsafe {
         libc::openat(
             dir.as_raw_fd(),
-            tmp.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            dot.as_ptr(),
+            libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
             0o600,
         )
+    };
+    let (fd, named) = if unnamed >= 0 {
+        (unnamed, false)
+    } else {
+        // SAFETY: openat reads a name we own.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                tmp.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        (fd, true)
     };
     if fd < 0 {
         return Err(io::Error::last_os_error().into());
     }
     // SAFETY: a descriptor just opened, owned by nobody else.
     let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let mut linked = named;
     let written = (|| -> Result<(), Failure> {
         let got = copy(io::stdin().lock().take(size + 1), &mut file, size)?;
         if got != size {
@@ -456,6 +478,26 @@ fn write_atomically(
             return Err(io::Error::last_os_error().into());
         }
         file.sync_all()?;
+        if !named {
+            // The unnamed inode gets the temporary name (linkat through
+            // /proc needs no capability, unlike AT_EMPTY_PATH), then the
+            // rename below replaces the target in one step.
+            let proc_path = cstring(OsStr::new(&format!("/proc/self/fd/{}", file.as_raw_fd())))?;
+            // SAFETY: linkat reads two names we own.
+            if unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    proc_path.as_ptr(),
+                    dir.as_raw_fd(),
+                    tmp.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            } != 0
+            {
+                return Err(io::Error::last_os_error().into());
+            }
+            linked = true;
+        }
         // SAFETY: renameat reads two names we own.
         if unsafe {
             libc::renameat(
@@ -470,7 +512,7 @@ fn write_atomically(
         }
         Ok(())
     })();
-    if written.is_err() {
+    if written.is_err() && linked {
         let _ = unlink_at(dir.as_raw_fd(), &tmp, 0);
     }
     written

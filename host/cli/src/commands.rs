@@ -1,6 +1,6 @@
 //! Command-line parsing and dispatch.
 
-use crate::{plugin, sandboxes};
+use crate::{plugin, sandboxes, server};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,6 +14,11 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "berth", version, about, long_about)]
 pub struct Cli {
+    /// Run in this process instead of through `berth serve` (as
+    /// BERTH_NO_SERVER=1 does). By default, commands that reach a sandbox
+    /// go through the server on $BERTH_HOME/berth.sock, started on demand.
+    #[arg(long, global = true)]
+    no_server: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -170,10 +175,18 @@ enum Command {
     /// Check and inspect snapshot-store plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Serve Berth's HTTP/JSON API (sandboxes kept open, agent sessions
+    /// warm) on $BERTH_HOME/berth.sock, and on loopback TCP with a bearer
+    /// token when asked. The CLI starts one on demand; this runs it in the
+    /// foreground.
+    Serve(server::ServeArgs),
 }
 
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if cli.no_server {
+        server::forbid();
+    }
     match cli.command {
         Command::Create(a) => sandboxes::create(*a).await,
         Command::Start(a) => sandboxes::start(a).await,
@@ -207,5 +220,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             no_start,
         } => sandboxes::fork(&name, &new, generation, no_start).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
+        Command::Serve(a) => server::serve(a).await,
     }
 }

@@ -4,6 +4,7 @@ mod commands;
 mod leftovers;
 mod plugin;
 mod sandboxes;
+mod server;
 mod table;
 
 use clap::Parser;

@@ -318,12 +318,49 @@ impl ExecProcess {
     /// head and tail within `stdout_cap` / `stderr_cap` (the last
     /// `tail_kept` bytes always among them).
     pub async fn collect(
-        mut self,
+        self,
         stdout_cap: usize,
         stderr_cap: usize,
         tail_kept: usize,
     ) -> Result<ExecResult, BackendError> {
         let _ = self.input.try_send(ExecInput::CloseStdin);
+        self.gather(stdout_cap, stderr_cap, tail_kept).await
+    }
+
+    /// [`ExecProcess::collect`] for a command started
+    /// [`ExecRequest::with_stdin`]: `stdin` is written to it (then its end)
+    /// while its output is gathered, so a command that answers as it reads
+    /// never waits on a full pipe.
+    pub async fn collect_with_stdin(
+        self,
+        stdin: Bytes,
+        stdout_cap: usize,
+        stderr_cap: usize,
+        tail_kept: usize,
+    ) -> Result<ExecResult, BackendError> {
+        let input = self.input();
+        let feed = async move {
+            for chunk in stdin.chunks(64 * 1024) {
+                if input
+                    .send(ExecInput::Stdin(stdin.slice_ref(chunk)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            let _ = input.send(ExecInput::CloseStdin).await;
+        };
+        let (_, result) = futures::join!(feed, self.gather(stdout_cap, stderr_cap, tail_kept));
+        result
+    }
+
+    async fn gather(
+        mut self,
+        stdout_cap: usize,
+        stderr_cap: usize,
+        tail_kept: usize,
+    ) -> Result<ExecResult, BackendError> {
         let mut stdout = CappedBuffer::new(stdout_cap, tail_kept);
         let mut stderr = CappedBuffer::new(stderr_cap, tail_kept);
         while let Some(event) = self.events.recv().await {
@@ -552,4 +589,30 @@ mod tests {
             assert_eq!(kept.len() as u64 + dropped, len as u64, "case {case}");
         }
     }
+}
+
+/// A signal name or number that is not one Berth knows.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown signal {0:?} (TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT or a number)")]
+pub struct UnknownSignal(pub String);
+
+/// A signal's number from its name (`TERM`, `SIGKILL`, `int`) or number.
+pub fn signal_number(name: &str) -> Result<i32, UnknownSignal> {
+    if let Ok(n) = name.parse() {
+        return Ok(n);
+    }
+    Ok(
+        match name.trim_start_matches("SIG").to_ascii_uppercase().as_str() {
+            "HUP" => 1,
+            "INT" => 2,
+            "QUIT" => 3,
+            "KILL" => 9,
+            "USR1" => 10,
+            "USR2" => 12,
+            "TERM" => 15,
+            "CONT" => 18,
+            "STOP" => 19,
+            _ => return Err(UnknownSignal(name.to_string())),
+        },
+    )
 }

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use tokio::io::AsyncRead;
 
 pub use exec::{
-    CommandEnded, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecInputSender, ExecProcess,
-    ExecRequest, ExecResult, OutputStream, PtySize,
+    signal_number, CommandEnded, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecInputSender,
+    ExecProcess, ExecRequest, ExecResult, OutputStream, PtySize, UnknownSignal,
 };
 pub(crate) use provider::Registry;
 pub use provider::{BackendOptions, BackendProvider, BackendSpec, BackendSummary, CreateContext};

@@ -45,10 +45,17 @@ pub use moving::OrphanCleanup;
 pub use named::{NamedSandbox, NamedSandboxError, NamedSandboxes};
 pub use options::{Progress, ProgressFn, SandboxOptions, SaveState, StartBranch, StateSink};
 pub use processes::{BackgroundProcess, DetachRequest, ProcessState, Processes, DEFAULT_LOG_RING};
-pub use snapshot_binding::SnapshotSpec;
+pub use snapshot_binding::{SnapshotChoiceError, SnapshotSpec};
 pub use state::{
     BackgroundRecord, Orphan, PluginRef, SandboxState, SnapshotState, WorkspaceLineage,
 };
+
+/// What [`Sandbox::shell`] runs when given no command.
+pub const LOGIN_SHELL: &str = "exec sh -i";
+
+/// How long [`Sandbox::shell`] lets a shell run: a year, in effect none.
+pub const SHELL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
 pub use state_file::{StateFile, StateFileError, StateLock};
 
 use crate::backend::{Backend, ExecProcess, ExecRequest, ExecResult, PtySize};
@@ -185,7 +192,7 @@ impl Sandbox {
         Ok(self.backend.published_ports().await?)
     }
 
-    /// Starts an interactive shell (or `command`) on a new terminal of
+    /// Starts an interactive shell ([`LOGIN_SHELL`], or `command`) on a new terminal of
     /// `size`: write keystrokes with [`ExecProcess::write_stdin`], read the
     /// terminal's output as stdout events, and resize with
     /// [`ExecProcess::resize`]. Its exit code is the shell's. It runs until
@@ -195,9 +202,8 @@ impl Sandbox {
         command: Option<&str>,
         size: PtySize,
     ) -> Result<ExecProcess, SandboxError> {
-        let command = command.unwrap_or("exec sh -i");
-        let request = ExecRequest::new(command, std::time::Duration::from_secs(365 * 24 * 3600))
-            .on_terminal(size);
+        let command = command.unwrap_or(LOGIN_SHELL);
+        let request = ExecRequest::new(command, SHELL_TIMEOUT).on_terminal(size);
         self.exec_stream(request).await
     }
 

@@ -64,6 +64,25 @@ pub enum SnapshotSpec {
 }
 
 impl SnapshotSpec {
+    /// Parses `berth create --snapshot`'s grammar: `noop`, `local` (under
+    /// `home/snapshots`), `local:DIR`, `plugin:MANIFEST`, `remote:MANIFEST`.
+    /// Relative paths are made absolute against the current directory.
+    pub fn parse_choice(s: &str, home: &std::path::Path) -> Result<Self, SnapshotChoiceError> {
+        let abs = |p: &str| std::path::absolute(p).map_err(|_| SnapshotChoiceError(s.to_string()));
+        Ok(match s.split_once(':') {
+            None if s == "noop" => SnapshotSpec::Noop,
+            None if s == "local" => SnapshotSpec::Local {
+                base_dir: home.join("snapshots"),
+            },
+            Some(("local", dir)) if !dir.is_empty() => SnapshotSpec::Local {
+                base_dir: abs(dir)?,
+            },
+            Some(("plugin", m)) if !m.is_empty() => SnapshotSpec::Plugin { plugin: abs(m)? },
+            Some(("remote", m)) if !m.is_empty() => SnapshotSpec::Remote { plugin: abs(m)? },
+            _ => return Err(SnapshotChoiceError(s.to_string())),
+        })
+    }
+
     /// This remote store, deduplicated, keeping `keep` generations.
     pub fn deduplicated(self, keep: u32) -> Self {
         SnapshotSpec::Dedup {
@@ -307,3 +326,9 @@ async fn bind_plugin(
         }
     })
 }
+
+/// A snapshot choice that is not `noop`, `local`, `local:DIR`,
+/// `plugin:MANIFEST` or `remote:MANIFEST`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("--snapshot {0:?}: use noop, local, local:DIR, plugin:MANIFEST or remote:MANIFEST")]
+pub struct SnapshotChoiceError(pub String);

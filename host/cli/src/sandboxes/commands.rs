@@ -2,16 +2,20 @@
 //! use them: output streamed as it is produced, stdin, background
 //! processes, and an interactive terminal.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use berth::backend::{ExecEvent, ExecExit, ExecInput, ExecInputSender, ExecProcess, ExecRequest};
+use berth::sandbox::BackgroundProcess;
 use berth::DetachRequest;
 use clap::Args;
+use http::Method;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
+use crate::server::{encode, Remote};
 
 /// `berth exec`.
 #[derive(Args)]
@@ -49,6 +53,9 @@ pub struct ExecArgs {
 
 pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
+    if let Some(remote) = Remote::for_home(&home).await {
+        return exec_through(&remote, args).await;
+    }
     let (lock, mut sandbox) = attach_locked(&home, &args.name).await?;
     let command = args.command.join(" ");
     if args.detach {
@@ -65,12 +72,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     // The sandbox is up: commands on it may run in parallel.
     drop(lock);
     let mut request = ExecRequest::new(command, Duration::from_secs_f64(args.timeout));
-    for kv in &args.env {
-        let (k, v) = kv
-            .split_once('=')
-            .with_context(|| format!("--env {kv:?} is not KEY=VALUE"))?;
-        request.env.insert(k.to_string(), v.to_string());
-    }
+    request.env.extend(env_pairs(&args.env)?);
     if args.interactive {
         request = request.with_stdin();
     }
@@ -87,6 +89,62 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     if args.interactive {
         // The stdin reader may still be blocked in a read no runtime can
         // cancel: leave without waiting for it.
+        std::process::exit(exit.exit_code.clamp(0, 255));
+    }
+    Ok(exit_code(exit.exit_code))
+}
+
+/// `--env KEY=VALUE` pairs.
+fn env_pairs(env: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    env.iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("--env {kv:?} is not KEY=VALUE"))
+        })
+        .collect()
+}
+
+/// `berth exec` through the server: the same output and exit code.
+async fn exec_through(remote: &Remote, args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let command = args.command.join(" ");
+    let path = through_server::sandbox_path(&args.name);
+    if args.detach {
+        let started: BackgroundProcess = remote
+            .json(
+                Method::POST,
+                &format!("{path}/processes"),
+                Some(serde_json::json!({
+                    "command": command,
+                    "name": args.name_as,
+                    "log_ring": args.log_ring,
+                })),
+            )
+            .await?;
+        println!("{}", started.id);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let body = serde_json::json!({
+        "command": command,
+        "timeout_ms": (args.timeout * 1000.0).round() as u64,
+        "env": env_pairs(&args.env)?,
+        "stream": !args.json,
+        "interactive": args.interactive && !args.json,
+    });
+    if args.json {
+        let result: berth_server::ExecOutcome = remote
+            .json(Method::POST, &format!("{path}/exec"), Some(body))
+            .await?;
+        println!("{}", serde_json::to_string_pretty(&result)?);
+        return Ok(exit_code(result.exit_code));
+    }
+    let process =
+        through_server::process(remote, Method::POST, &format!("{path}/exec"), Some(body)).await?;
+    if args.interactive {
+        tokio::spawn(pump_stdin(process.input()));
+    }
+    let exit = relay(process).await?;
+    if args.interactive {
         std::process::exit(exit.exit_code.clamp(0, 255));
     }
     Ok(exit_code(exit.exit_code))
@@ -160,9 +218,22 @@ async fn relay(mut process: ExecProcess) -> anyhow::Result<ExecExit> {
 /// `berth ps NAME`.
 pub async fn ps(name: &str, json: bool) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let (lock, sandbox) = attach_locked(&home, name).await?;
-    drop(lock);
-    let list = sandbox.processes().list().await?;
+    let list: Vec<BackgroundProcess> = match Remote::for_home(&home).await {
+        Some(remote) => {
+            remote
+                .json(
+                    Method::GET,
+                    &format!("{}/processes", through_server::sandbox_path(name)),
+                    None,
+                )
+                .await?
+        }
+        None => {
+            let (lock, sandbox) = attach_locked(&home, name).await?;
+            drop(lock);
+            sandbox.processes().list().await?
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(ExitCode::SUCCESS);
@@ -212,41 +283,55 @@ pub struct LogsArgs {
 
 pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let (lock, sandbox) = attach_locked(&home, &args.name).await?;
-    drop(lock);
-    let process = sandbox
-        .processes()
-        .logs(&args.id, args.follow, args.tail)
-        .await?;
+    let process = match Remote::for_home(&home).await {
+        Some(remote) => {
+            let mut path = format!(
+                "{}/processes/{}/logs?follow={}",
+                through_server::sandbox_path(&args.name),
+                encode(&args.id),
+                args.follow
+            );
+            if let Some(n) = args.tail {
+                path.push_str(&format!("&tail={n}"));
+            }
+            through_server::process(&remote, Method::GET, &path, None).await?
+        }
+        None => {
+            let (lock, sandbox) = attach_locked(&home, &args.name).await?;
+            drop(lock);
+            sandbox
+                .processes()
+                .logs(&args.id, args.follow, args.tail)
+                .await?
+        }
+    };
     let exit = relay(process).await?;
     Ok(exit_code(exit.exit_code))
 }
 
 /// A signal's number from its name (`TERM`, `SIGKILL`) or number.
 fn signal_number(name: &str) -> anyhow::Result<i32> {
-    if let Ok(n) = name.parse() {
-        return Ok(n);
-    }
-    Ok(
-        match name.trim_start_matches("SIG").to_ascii_uppercase().as_str() {
-            "HUP" => 1,
-            "INT" => 2,
-            "QUIT" => 3,
-            "KILL" => 9,
-            "USR1" => 10,
-            "USR2" => 12,
-            "TERM" => 15,
-            "CONT" => 18,
-            "STOP" => 19,
-            _ => anyhow::bail!("unknown signal {name:?} (TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT or a number)"),
-        },
-    )
+    Ok(berth::backend::signal_number(name)?)
 }
 
 /// `berth kill NAME ID [--signal S]`.
 pub async fn kill(name: &str, id: &str, signal: &str) -> anyhow::Result<ExitCode> {
     let signal = signal_number(signal)?;
     let home = berth_home()?;
+    if let Some(remote) = Remote::for_home(&home).await {
+        remote
+            .json::<serde_json::Value>(
+                Method::POST,
+                &format!(
+                    "{}/processes/{}/kill",
+                    through_server::sandbox_path(name),
+                    encode(id)
+                ),
+                Some(serde_json::json!({ "signal": signal.to_string() })),
+            )
+            .await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let (lock, sandbox) = attach_locked(&home, name).await?;
     drop(lock);
     sandbox.processes().kill(id, signal).await?;
@@ -256,9 +341,27 @@ pub async fn kill(name: &str, id: &str, signal: &str) -> anyhow::Result<ExitCode
 /// `berth wait NAME ID`: prints and returns its exit code.
 pub async fn wait(name: &str, id: &str) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let (lock, sandbox) = attach_locked(&home, name).await?;
-    drop(lock);
-    let code = sandbox.processes().wait(id).await?;
+    let code = match Remote::for_home(&home).await {
+        Some(remote) => {
+            let waited: berth_server::Waited = remote
+                .json(
+                    Method::POST,
+                    &format!(
+                        "{}/processes/{}/wait",
+                        through_server::sandbox_path(name),
+                        encode(id)
+                    ),
+                    None,
+                )
+                .await?;
+            waited.exit_code
+        }
+        None => {
+            let (lock, sandbox) = attach_locked(&home, name).await?;
+            drop(lock);
+            sandbox.processes().wait(id).await?
+        }
+    };
     println!("{code}");
     Ok(exit_code(code))
 }
@@ -267,14 +370,29 @@ pub async fn wait(name: &str, id: &str) -> anyhow::Result<ExitCode> {
 /// `docker port` prints it.
 pub async fn port(name: &str, port: Option<&str>) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let (lock, sandbox) = attach_locked(&home, name).await?;
-    drop(lock);
-    let ports = sandbox.published_ports().await?;
+    let ports: Vec<(String, String)> = match Remote::for_home(&home).await {
+        Some(remote) => {
+            let ports: Vec<berth_server::Port> = remote
+                .json(
+                    Method::GET,
+                    &format!("{}/ports", through_server::sandbox_path(name)),
+                    None,
+                )
+                .await?;
+            ports.into_iter().map(|p| (p.port, p.address)).collect()
+        }
+        None => {
+            let (lock, sandbox) = attach_locked(&home, name).await?;
+            drop(lock);
+            let ports = sandbox.published_ports().await?;
+            ports.into_iter().map(|p| (p.port, p.address)).collect()
+        }
+    };
     let wanted = |p: &str| match port {
         None => true,
         Some(w) => p == w || p.split('/').next() == Some(w),
     };
-    let shown: Vec<_> = ports.iter().filter(|p| wanted(&p.port)).collect();
+    let shown: Vec<_> = ports.iter().filter(|(p, _)| wanted(p)).collect();
     if shown.is_empty() {
         anyhow::bail!(
             "{name} publishes {}",
@@ -284,11 +402,11 @@ pub async fn port(name: &str, port: Option<&str>) -> anyhow::Result<ExitCode> {
             }
         );
     }
-    for p in shown {
+    for (p, address) in shown {
         if port.is_some() {
-            println!("{}", p.address);
+            println!("{address}");
         } else {
-            println!("{} -> {}", p.port, p.address);
+            println!("{p} -> {address}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -297,11 +415,32 @@ pub async fn port(name: &str, port: Option<&str>) -> anyhow::Result<ExitCode> {
 /// `berth shell NAME [-- COMMAND]`.
 pub async fn shell(name: &str, command: &[String]) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let (lock, sandbox) = attach_locked(&home, name).await?;
-    drop(lock);
     let command = (!command.is_empty()).then(|| command.join(" "));
     let size = terminal::size().unwrap_or_default();
-    let process = sandbox.shell(command.as_deref(), size).await?;
+    let process = match Remote::for_home(&home).await {
+        Some(remote) => {
+            let body = serde_json::json!({
+                // What Sandbox::shell runs when given no command.
+                "command": command.clone().unwrap_or_else(|| berth::sandbox::LOGIN_SHELL.to_string()),
+                "timeout_ms": berth::sandbox::SHELL_TIMEOUT.as_millis() as u64,
+                "stream": true,
+                "interactive": true,
+                "pty": {"rows": size.rows, "cols": size.cols},
+            });
+            through_server::process(
+                &remote,
+                Method::POST,
+                &format!("{}/exec", through_server::sandbox_path(name)),
+                Some(body),
+            )
+            .await?
+        }
+        None => {
+            let (lock, sandbox) = attach_locked(&home, name).await?;
+            drop(lock);
+            sandbox.shell(command.as_deref(), size).await?
+        }
+    };
     // Raw from here on (keys go to the sandbox's terminal as typed, Ctrl-C
     // included), restored however this ends.
     let raw = terminal::RawMode::enter();

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use berth::backend::docker::{DockerProvider, PullProgress};
 use berth::sandbox::{
     NamedSandboxes, Progress, Sandbox, SandboxClient, SandboxOptions, SnapshotSpec, StateLock,
@@ -17,6 +17,7 @@ mod files;
 mod listing;
 mod remove;
 mod run;
+mod through_server;
 
 pub use commands::{exec, kill, logs, port, ps, shell, wait, ExecArgs, LogsArgs};
 pub use create::{create, CreateArgs};
@@ -43,7 +44,7 @@ pub fn berth_home() -> anyhow::Result<PathBuf> {
 type Saved = berth::sandbox::NamedSandbox;
 
 /// The named sandboxes under `home`, resumed through the CLI's client.
-fn named(home: &Path) -> NamedSandboxes {
+pub(crate) fn named(home: &Path) -> NamedSandboxes {
     NamedSandboxes::new(client(home))
 }
 
@@ -167,23 +168,7 @@ async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {
 
 /// Parses `noop`, `local`, `local:DIR`, `plugin:MANIFEST`, `remote:MANIFEST`.
 fn parse_snapshot(s: &str, home: &Path) -> anyhow::Result<SnapshotSpec> {
-    let abs = |p: &str| -> anyhow::Result<PathBuf> {
-        std::path::absolute(p).with_context(|| format!("resolving {p}"))
-    };
-    Ok(match s.split_once(':') {
-        None if s == "noop" => SnapshotSpec::Noop,
-        None if s == "local" => SnapshotSpec::Local {
-            base_dir: home.join("snapshots"),
-        },
-        Some(("local", dir)) => SnapshotSpec::Local {
-            base_dir: abs(dir)?,
-        },
-        Some(("plugin", m)) => SnapshotSpec::Plugin { plugin: abs(m)? },
-        Some(("remote", m)) => SnapshotSpec::Remote { plugin: abs(m)? },
-        _ => bail!(
-            "--snapshot {s:?}: use noop, local, local:DIR, plugin:MANIFEST or remote:MANIFEST"
-        ),
-    })
+    Ok(SnapshotSpec::parse_choice(s, home)?)
 }
 
 /// `1015 bytes`, `3.2 MiB`.

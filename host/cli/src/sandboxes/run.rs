@@ -36,6 +36,16 @@ pub struct StartArgs {
 pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let name = args.name.as_str();
     let home = berth_home()?;
+    if args.engine.is_none() && args.snapshot_generation.is_none() {
+        if let Some(remote) = crate::server::Remote::for_home(&home).await {
+            let started = through_server::start(&remote, name).await?;
+            println!("started {name}: {}", started.branch);
+            for lost in &started.lost_background {
+                print_lost(&lost.id, &lost.command);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     let _lock = lock(&home, name).await?;
     let mut saved = load(&home, name)?;
     let mut sandbox = match &args.engine {
@@ -101,17 +111,37 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let branch = result?;
     println!("started {name}: {branch}");
     for lost in sandbox.background_not_restored() {
-        eprintln!(
-            "berth: background process {} ({}) did not come back: the sandbox's instance was re-created",
-            lost.id, lost.command
-        );
+        print_lost(&lost.id, &lost.command);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_lost(id: &str, command: &str) {
+    eprintln!(
+        "berth: background process {id} ({command}) did not come back: the sandbox's instance was re-created"
+    );
+}
+
+fn refused_stop(name: &str, e: anyhow::Error) -> anyhow::Error {
+    e.context(format!(
+        "stopping {name} was refused to protect its snapshot; `berth start {name}` restores the snapshot into the sandbox"
+    ))
 }
 
 /// `berth stop NAME`.
 pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
+    if let Some(remote) = crate::server::Remote::for_home(&home).await {
+        let saved = through_server::stop(&remote, name).await.map_err(|e| {
+            if through_server::is_code(&e, "lineage_mismatch") {
+                refused_stop(name, e)
+            } else {
+                e
+            }
+        })?;
+        print_stopped(name, &saved);
+        return Ok(ExitCode::SUCCESS);
+    }
     let _lock = lock(&home, name).await?;
     let mut saved = load(&home, name)?;
     let mut sandbox = resume(&home, &saved).await?;
@@ -124,14 +154,14 @@ pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
     if let Err(e) = result {
         let refused = matches!(e, berth::SandboxError::LineageMismatch { .. });
         let e = anyhow::Error::new(e);
-        return Err(if refused {
-            e.context(format!(
-                "stopping {name} was refused to protect its snapshot; `berth start {name}` restores the snapshot into the sandbox"
-            ))
-        } else {
-            e
-        });
+        return Err(if refused { refused_stop(name, e) } else { e });
     }
+    print_stopped(name, &saved);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a stop saved, in a line or two.
+fn print_stopped(name: &str, saved: &Saved) {
     let s = &saved.state.snapshot;
     match (&s.digest, s.size) {
         (Some(digest), Some(size)) => println!(
@@ -159,7 +189,6 @@ pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|_| stats.dedup_ratio.clone())
         );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `berth inspect NAME`.

@@ -1,0 +1,192 @@
+"""The Python client against a real `berth serve` (BERTH_SOCKET) and a real
+Docker engine (image BERTH_TEST_IMAGE). Run by `cargo xtask test` through
+tests/server.rs; by hand: `berth serve &` then
+`BERTH_SOCKET=... python3 -m unittest discover -s tests -t .` here."""
+
+import hashlib
+import io
+import os
+import tarfile
+import time
+import unittest
+import uuid
+
+from berth_client import Berth, Conflict, NotFound, PathRefused
+
+IMAGE = os.environ.get("BERTH_TEST_IMAGE", "berth-test:busybox")
+
+
+def _find(value, key):
+    """The first value of ``key`` anywhere in a JSON document."""
+    if isinstance(value, dict):
+        if key in value:
+            return value[key]
+        value = list(value.values())
+    if isinstance(value, list):
+        for v in value:
+            found = _find(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.berth = Berth()
+        cls.name = "py-" + uuid.uuid4().hex[:8]
+        cls.box = cls.berth.create(
+            cls.name,
+            backend="docker",
+            image=IMAGE,
+            workspace={"entries": {"README.md": {"type": "file", "content": "# task\n"}}},
+        )
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.box.remove()
+        except NotFound:
+            pass
+
+    def test_a_exec_collects_text_bytes_and_exit_codes(self):
+        r = self.box.exec("cat README.md; echo err >&2; exit 3")
+        self.assertEqual(r.exit_code, 3)
+        self.assertEqual(r.stdout, "# task\n")
+        self.assertEqual(r.stderr, "err\n")
+        binary = self.box.exec("printf '\\377\\000x'")
+        self.assertEqual(binary.stdout_bytes, b"\xff\x00x")
+        fed = self.box.exec("tr a-z A-Z", stdin=b"hello")
+        self.assertEqual(fed.stdout, "HELLO")
+        timed = self.box.exec("echo before; sleep 10", timeout=0.5)
+        self.assertTrue(timed.timed_out)
+        self.assertEqual(timed.stdout, "before\n")
+        capped = self.box.exec("head -c 100000 /dev/zero", stdout_cap=1000)
+        self.assertTrue(capped.truncated)
+        self.assertEqual(len(capped.stdout_bytes), 1000)
+
+    def test_b_exec_stream_yields_output_as_it_is_produced(self):
+        times = []
+        started = time.monotonic()
+        out = b""
+        code = None
+        for event in self.box.exec_stream("echo one; sleep 1; echo two"):
+            if event.kind == "stdout":
+                times.append(time.monotonic() - started)
+                out += event.data
+            elif event.kind == "exit":
+                code = event.exit_code
+        self.assertEqual(out, b"one\ntwo\n")
+        self.assertEqual(code, 0)
+        # The first line came before the command ended.
+        self.assertLess(times[0], times[-1] - 0.5)
+        # A megabyte, intact.
+        data = b""
+        digest = None
+        for event in self.box.exec_stream(
+            "head -c 1048576 /dev/urandom > /tmp/r; cat /tmp/r; sha256sum /tmp/r | cut -d' ' -f1 >&2"
+        ):
+            if event.kind == "stdout":
+                data += event.data
+            elif event.kind == "stderr":
+                digest = event.data.decode().strip()
+        self.assertEqual(hashlib.sha256(data).hexdigest(), digest)
+
+    def test_c_closing_a_stream_stops_its_command(self):
+        stream = self.box.exec_stream("echo up; sleep 31; touch never")
+        first = next(stream)
+        self.assertEqual(first.kind, "stdout")
+        stream.close()
+        deadline = time.monotonic() + 10
+        while True:
+            procs = self.box.exec("ps -o args | grep -c '[s]leep 31' || true").stdout.strip()
+            if procs == "0" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(procs, "0")
+
+    def test_d_interactive_stdin(self):
+        stream = self.box.exec_stream("cat", interactive=True)
+        started = next(stream)
+        self.assertEqual(started.kind, "started")
+        self.box.send_stdin(started.exec_id, b"typed\n")
+        out = b""
+        for event in stream:
+            if event.kind == "stdout":
+                out += event.data
+            if event.kind == "exit":
+                self.assertEqual(event.exit_code, 0)
+        self.assertEqual(out, b"typed\n")
+
+    def test_e_background_process_with_logs(self):
+        p = self.box.detach("echo hello; echo oops >&2; sleep 1; echo bye; exit 4", name="job")
+        self.assertEqual(p.id, "job")
+        self.assertIn("job", [q.id for q in self.box.processes()])
+        self.assertEqual(self.box.wait("job"), 4)
+        self.assertEqual(self.box.process("job").state, "exited")
+        out = b"".join(e.data for e in self.box.logs("job") if e.kind == "stdout")
+        self.assertEqual(out, b"hello\nbye\n")
+        with self.assertRaises(NotFound):
+            self.box.process("nope")
+
+    def test_f_files_write_read_stat_list_remove(self):
+        payload = os.urandom(300_000)
+        self.box.files.mkdir("data")
+        self.assertEqual(self.box.files.write("data/blob.bin", payload), len(payload))
+        self.assertEqual(self.box.files.read("data/blob.bin"), payload)
+        self.assertEqual(self.box.files.stat("data/blob.bin").size, len(payload))
+        self.box.files.write("data/script.sh", "echo hi\n", mode=0o755)
+        self.assertEqual(self.box.files.stat("data/script.sh").mode & 0o777, 0o755)
+        self.assertEqual(
+            sorted(e.path for e in self.box.files.list("data")),
+            ["data/blob.bin", "data/script.sh"],
+        )
+        self.box.files.mkdir("deep/er", parents=True)
+        self.assertEqual(self.box.files.stat("deep/er").type, "dir")
+        self.box.files.remove("deep", recursive=True)
+        self.assertFalse(self.box.files.exists("deep"))
+        with self.assertRaises(PathRefused):
+            self.box.files.read("../../etc/passwd")
+        with self.assertRaises(NotFound):
+            self.box.files.read("missing.txt")
+
+    def test_g_persist_and_hydrate(self):
+        self.box.files.write("archived.txt", b"in the archive\n")
+        buf = io.BytesIO()
+        n = self.box.persist(buf)
+        self.assertGreater(n, 0)
+        buf.seek(0)
+        names = tarfile.open(fileobj=buf).getnames()
+        self.assertIn("archived.txt", [x.lstrip("./") for x in names])
+        tar = io.BytesIO()
+        with tarfile.open(fileobj=tar, mode="w") as t:
+            data = b"hydrated\n"
+            info = tarfile.TarInfo("from_tar.txt")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        got = self.box.hydrate(tar.getvalue())
+        self.assertGreaterEqual(got["entries"], 1)
+        self.assertEqual(self.box.files.read("from_tar.txt"), b"hydrated\n")
+
+    def test_h_stop_then_resume_after_the_container_is_gone(self):
+        self.box.files.write("kept.txt", b"survives\n")
+        self.box.stop()
+        record = self.box.inspect()
+        container = _find(record["state"], "container_id")
+        os.system(f"docker rm -f {container} > /dev/null 2>&1")
+        # Transparent resume: the next command restores the workspace.
+        self.assertEqual(self.box.exec("cat kept.txt").stdout, "survives\n")
+        started = self.box.start()
+        self.assertIn("branch", started)
+
+    def test_i_errors_are_typed(self):
+        with self.assertRaises(NotFound):
+            self.berth.sandbox("no-such-box").exec("true")
+        with self.assertRaises(Conflict):
+            self.berth.create(self.name, backend="docker", image=IMAGE)
+        names = [s["name"] for s in self.berth.sandboxes()]
+        self.assertIn(self.name, names)
+
+
+if __name__ == "__main__":
+    unittest.main()

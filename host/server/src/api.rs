@@ -1,0 +1,364 @@
+//! The wire types of API v1: request bodies, replies and the
+//! newline-delimited JSON events of streamed output. Their JSON Schemas
+//! are the OpenAPI document's `components/schemas`.
+//!
+//! Bytes that may not be UTF-8 (a command's output, stdin) travel as
+//! standard base64 in fields named `data`.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API version this server speaks (the `/v1/` of every path).
+pub const API_VERSION: u32 = 1;
+
+/// `GET /v1/version`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Version {
+    /// The API version (the path prefix's number).
+    pub api: u32,
+    /// The server's Berth version.
+    pub berth: String,
+    /// The server's process id.
+    pub pid: u32,
+    /// A digest of the server's `BERTH_*` and `DOCKER_*` environment (see
+    /// [`crate::environment_fingerprint`]): a CLI whose own differs runs
+    /// its command in-process rather than under settings it did not give.
+    pub environment: String,
+}
+
+/// Every error reply: an HTTP status and this body.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorReply {
+    /// What failed.
+    pub error: ErrorDetail,
+}
+
+/// What failed, for programs (`code`) and people (`message`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorDetail {
+    /// A stable machine-readable code: `not_found`, `invalid_name`,
+    /// `exists`, `bad_request`, `unauthorized`, `path_refused`,
+    /// `file_not_found`, `process_not_found`, `process_running`,
+    /// `lineage_mismatch`, `not_started`, `too_large`, `unsupported`,
+    /// `backend`, `internal`.
+    pub code: String,
+    /// The whole cause chain, outermost first, joined by `: `.
+    pub message: String,
+}
+
+/// One row of `GET /v1/sandboxes`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SandboxSummary {
+    /// Its name.
+    pub name: String,
+    /// The backend kind (`local`, `docker`, …).
+    pub backend: String,
+    /// The snapshot kind.
+    pub snapshot: String,
+    /// The snapshot id.
+    pub snapshot_id: String,
+    /// Whether the workspace is in place (started and not shut down).
+    pub ready: bool,
+    /// Where it runs, as its backend says (an engine, a directory).
+    pub location: Option<String>,
+}
+
+/// `POST /v1/sandboxes`: what to create. Fields mirror `berth create`'s
+/// flags.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// Its name (the snapshot id grammar: letters, digits, `-`, `_`, `.`).
+    pub name: String,
+    /// The backend kind. By default, `local`.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// Docker: the image.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Docker: the engine (an endpoint or a context). By default, the
+    /// environment's.
+    #[serde(default)]
+    pub engine: Option<String>,
+    /// Docker: the network. By default, `none`.
+    #[serde(default)]
+    pub network: Option<String>,
+    /// Docker: ports to publish (`8080`, `8080/tcp`).
+    #[serde(default)]
+    pub expose: Vec<String>,
+    /// Docker: memory limit in bytes.
+    #[serde(default)]
+    pub memory: Option<u64>,
+    /// Docker: CPUs.
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    /// Docker: copy the in-container agent in. By default, yes.
+    #[serde(default)]
+    pub agent: Option<bool>,
+    /// The workspace manifest (the `berth create --workspace` file's
+    /// JSON). By default, an empty workspace.
+    #[serde(default)]
+    pub workspace: Option<serde_json::Value>,
+    /// The snapshot: `noop`, `local`, `local:DIR`, `plugin:MANIFEST`,
+    /// `remote:MANIFEST` (paths absolute, on the server's host). By
+    /// default, `local`.
+    #[serde(default)]
+    pub snapshot: Option<String>,
+    /// Compress snapshots with zstd. By default, no.
+    #[serde(default)]
+    pub compress: bool,
+    /// Start it after creating. By default, yes.
+    #[serde(default)]
+    pub start: Option<bool>,
+}
+
+/// A named sandbox's record: what `berth inspect` prints under `state`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SandboxRecord {
+    /// Its name.
+    pub name: String,
+    /// Whether snapshots are compressed.
+    pub compression: bool,
+    /// Whether the container is paused while stop reads the workspace.
+    pub freeze: bool,
+    /// The lifecycle state (the library's `SandboxState` JSON).
+    pub state: serde_json::Value,
+}
+
+/// `POST /v1/sandboxes/{name}/start`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Started {
+    /// What start did: `reused`, `restored`, `initialised`, …
+    pub branch: String,
+    /// Background processes that did not come back (their instance was
+    /// re-created).
+    pub lost_background: Vec<LostProcess>,
+    /// The record after starting.
+    pub sandbox: SandboxRecord,
+}
+
+/// A background process that did not survive a re-created instance.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct LostProcess {
+    /// Its id.
+    pub id: String,
+    /// Its command.
+    pub command: String,
+}
+
+/// `POST /v1/sandboxes/{name}/exec`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecBody {
+    /// The command, run by `sh -c` in the workspace root.
+    pub command: String,
+    /// The timeout in milliseconds. By default, 600 000 (10 minutes).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Extra environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Stream the output as newline-delimited JSON events
+    /// ([`ExecLine`]), uncapped, instead of collecting it. By default, no:
+    /// the reply is one [`ExecOutcome`].
+    #[serde(default)]
+    pub stream: bool,
+    /// Bytes given to the command's stdin, base64 (then stdin is closed).
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Keep stdin open for `POST /v1/execs/{id}/stdin` (needs `stream`):
+    /// the first event is `started` with the exec's id.
+    #[serde(default)]
+    pub interactive: bool,
+    /// Run on a terminal of this size (needs `stream`).
+    #[serde(default)]
+    pub pty: Option<TerminalSize>,
+    /// Collected output: bytes of stdout kept (its start and its end). By
+    /// default, the library's cap.
+    #[serde(default)]
+    pub stdout_cap: Option<u64>,
+    /// Collected output: bytes of stderr kept. By default, the library's
+    /// cap.
+    #[serde(default)]
+    pub stderr_cap: Option<u64>,
+}
+
+/// A terminal's size.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+pub struct TerminalSize {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+}
+
+/// A collected command's result (the library's `ExecResult` JSON).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ExecOutcome {
+    /// Exit code; 124 on timeout; 128+N when killed by signal N.
+    pub exit_code: i32,
+    /// The signal that ended it.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Kept stdout as text (invalid UTF-8 replaced).
+    pub stdout: String,
+    /// Kept stdout, base64, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_base64: Option<String>,
+    /// Kept stderr as text (invalid UTF-8 replaced).
+    pub stderr: String,
+    /// Kept stderr, base64, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_base64: Option<String>,
+    /// Whether the caps dropped output.
+    pub truncated: bool,
+    /// Bytes of stdout dropped between the kept start and end.
+    pub stdout_dropped: u64,
+    /// Bytes of stderr dropped.
+    pub stderr_dropped: u64,
+    /// Whether the timeout killed it.
+    pub timed_out: bool,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+    /// Notes for people (a timeout, the out-of-memory killer).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// One line of a streamed exec (or of followed logs).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecLine {
+    /// The command started (interactive execs): its id for
+    /// `/v1/execs/{id}/…`.
+    Started {
+        /// The exec's id.
+        exec_id: String,
+    },
+    /// Output on stdout.
+    Stdout {
+        /// The bytes, base64.
+        data: String,
+    },
+    /// Output on stderr.
+    Stderr {
+        /// The bytes, base64.
+        data: String,
+    },
+    /// The end: always the last line of a command that ran.
+    Exit {
+        /// Exit code; 124 on timeout; 128+N when killed by signal N.
+        exit_code: i32,
+        /// The signal that ended it.
+        signal: Option<i32>,
+        /// Whether the timeout killed it.
+        timed_out: bool,
+        /// Wall time in milliseconds.
+        duration_ms: u64,
+        /// Notes for people.
+        notes: Vec<String>,
+    },
+    /// The stream failed after it began (the reply's status was already
+    /// sent): the last line.
+    Error {
+        /// What failed.
+        error: ErrorDetail,
+    },
+}
+
+/// `POST /v1/execs/{id}/resize`.
+pub type ResizeBody = TerminalSize;
+
+/// `POST /v1/execs/{id}/signal`, `POST …/processes/{id}/kill`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SignalBody {
+    /// A signal name (`TERM`, `KILL`, `INT`, `HUP`, …) or number. By
+    /// default, `TERM`.
+    #[serde(default)]
+    pub signal: Option<String>,
+}
+
+/// `POST /v1/sandboxes/{name}/processes`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DetachBody {
+    /// The command, run by `sh -c` in the background.
+    pub command: String,
+    /// Its id (letters, digits, `-`, `_`, `.`). By default, one is made up.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Bytes of each stream's newest output kept. By default, 1 MiB.
+    #[serde(default)]
+    pub log_ring: Option<u64>,
+}
+
+/// A background process.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Process {
+    /// Its id.
+    pub id: String,
+    /// Its command.
+    pub command: String,
+    /// `running`, `exited` or `lost`.
+    pub state: String,
+    /// When it started, ms since the Unix epoch (the sandbox's clock).
+    pub started_ms: u64,
+    /// Its exit code, once exited.
+    pub exit_code: Option<i32>,
+    /// Its process group in the sandbox.
+    pub pid: Option<i64>,
+}
+
+/// `POST …/processes/{id}/wait`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Waited {
+    /// The exit code.
+    pub exit_code: i32,
+}
+
+/// A path in a workspace (the library's `FileInfo` JSON).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FileEntry {
+    /// Relative to the workspace root (empty for the root).
+    pub path: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Modification time, seconds since the Unix epoch.
+    pub mtime: i64,
+    /// A symlink's target.
+    #[serde(default)]
+    pub target: Option<String>,
+}
+
+/// `PUT …/files/content`, `PUT …/archive`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Written {
+    /// Bytes written.
+    pub bytes: u64,
+    /// Entries extracted (archives).
+    #[serde(default)]
+    pub entries: Option<u64>,
+}
+
+/// A published port.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Port {
+    /// The sandbox's port (`8080/tcp`).
+    pub port: String,
+    /// Where it is reached on the server's host (`127.0.0.1:32768`).
+    pub address: String,
+}
+
+/// A reply with nothing to say.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Done {
+    /// Always true.
+    pub ok: bool,
+}

@@ -1,0 +1,324 @@
+//! Listing, creating, inspecting, starting, stopping and removing
+//! sandboxes.
+
+use std::sync::Arc;
+
+use berth::backend::docker::DockerOptions;
+use berth::backend::local::LocalOptions;
+use berth::sandbox::{BackendSpec, NamedSandbox, SandboxSpec, SnapshotSpec};
+use berth::WorkspaceSpec;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use http::StatusCode;
+
+use super::record;
+use crate::api;
+use crate::http::{bytes_reply, json_reply, read_json, ApiError, Reply};
+use crate::routes::Call;
+use crate::Inner;
+
+type Answer = BoxFuture<'static, Result<Reply, ApiError>>;
+
+pub(crate) fn version(_: Arc<Inner>, _: Call) -> Answer {
+    async move {
+        Ok(json_reply(&api::Version {
+            api: api::API_VERSION,
+            berth: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+            environment: crate::environment_fingerprint(),
+        }))
+    }
+    .boxed()
+}
+
+pub(crate) fn openapi(_: Arc<Inner>, _: Call) -> Answer {
+    async move {
+        let doc = crate::openapi();
+        Ok(bytes_reply(
+            Bytes::from(serde_json::to_vec_pretty(&doc).unwrap_or_default()),
+            "application/json",
+        ))
+    }
+    .boxed()
+}
+
+pub(crate) fn list(inner: Arc<Inner>, _: Call) -> Answer {
+    async move {
+        let named = inner.open.named();
+        let (rows, _) = named.list();
+        let summary = |b: &berth::sandbox::BackendState| {
+            named.client().backend_summary(b).unwrap_or_default()
+        };
+        let rows: Vec<api::SandboxSummary> = rows
+            .iter()
+            .map(|r| api::SandboxSummary {
+                name: r.name.clone(),
+                backend: r.state.backend.kind.clone(),
+                snapshot: r.state.snapshot.kind.clone(),
+                snapshot_id: r.state.snapshot.id.to_string(),
+                ready: r.state.workspace_root_ready,
+                location: summary(&r.state.backend).location,
+            })
+            .collect();
+        Ok(json_reply(&rows))
+    }
+    .boxed()
+}
+
+pub(crate) fn inspect(inner: Arc<Inner>, call: Call) -> Answer {
+    async move {
+        let r = inner.open.named().load(call.param(0))?;
+        Ok(json_reply(&record(&r)))
+    }
+    .boxed()
+}
+
+pub(crate) fn create(inner: Arc<Inner>, call: Call) -> Answer {
+    async move {
+        let body: api::CreateSandbox = read_json(call.body, inner.limits.json_body).await?;
+        let named = inner.open.named();
+        let name = body.name.clone();
+        let _lock = named.lock(&name).await?;
+        if named.read_text(&name)?.is_some() {
+            return Err(berth::sandbox::NamedSandboxError::Exists { name }.into());
+        }
+        let spec = spec_of(
+            &body,
+            named.home(),
+            named.options(&name, body.compress, true),
+        )?;
+        let mut sandbox = named.client().create(spec).await.map_err(ApiError::from)?;
+        let started = if body.start.unwrap_or(true) {
+            sandbox.start().await.map(|_| ())
+        } else {
+            Ok(())
+        };
+        let r = NamedSandbox {
+            name: name.clone(),
+            compression: body.compress,
+            freeze: true,
+            state: sandbox.state(),
+        };
+        // Saved even when start failed: what start made stays reachable.
+        named.save(&r)?;
+        started?;
+        Ok(json_reply(&record(&r)))
+    }
+    .boxed()
+}
+
+fn spec_of(
+    body: &api::CreateSandbox,
+    home: &std::path::Path,
+    options: berth::sandbox::SandboxOptions,
+) -> Result<SandboxSpec, ApiError> {
+    let workspace = match &body.workspace {
+        Some(v) => {
+            let mut w: WorkspaceSpec = serde_json::from_value(v.clone()).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "`workspace` is not a valid workspace manifest: {e}"
+                ))
+            })?;
+            w.resolve_host_paths(home);
+            w
+        }
+        None => WorkspaceSpec::default(),
+    };
+    let snapshot = SnapshotSpec::parse_choice(body.snapshot.as_deref().unwrap_or("local"), home)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let kind = body
+        .backend
+        .as_deref()
+        .unwrap_or(berth::backend::local::KIND);
+    let docker_only = body.image.is_some()
+        || body.engine.is_some()
+        || body.network.is_some()
+        || !body.expose.is_empty()
+        || body.memory.is_some()
+        || body.cpus.is_some();
+    let backend = match kind {
+        berth::backend::docker::KIND => {
+            let image = body
+                .image
+                .clone()
+                .ok_or_else(|| ApiError::bad_request("backend docker needs `image`"))?;
+            if !body.expose.is_empty() && body.network.as_deref().unwrap_or("none") == "none" {
+                return Err(ApiError::bad_request(format!(
+                    "`expose` {} needs a network the engine can publish on, and the sandbox has none (the default, network none): make one (`docker network create NET`) and pass `network`",
+                    body.expose.join(",")
+                )));
+            }
+            let mut o = DockerOptions::new(image).agent(body.agent.unwrap_or(true));
+            if let Some(e) = &body.engine {
+                o = o.engine(e.clone());
+            }
+            if let Some(m) = body.memory {
+                o = o.memory(m as i64);
+            }
+            if let Some(c) = body.cpus {
+                o = o.cpus(c);
+            }
+            if let Some(n) = &body.network {
+                o = o.network(n.clone());
+            }
+            for p in &body.expose {
+                o = o.expose(p.clone());
+            }
+            BackendSpec::new(o)
+        }
+        berth::backend::local::KIND if !docker_only => BackendSpec::new(LocalOptions::default()),
+        berth::backend::local::KIND => {
+            return Err(ApiError::bad_request(
+                "`image`, `engine`, `network`, `expose`, `memory` and `cpus` need backend docker",
+            ))
+        }
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "backend {other:?} is not one this server knows (local, docker)"
+            )))
+        }
+    };
+    Ok(SandboxSpec::new(workspace)
+        .snapshot(snapshot)
+        .backend(backend)
+        .options(options))
+}
+
+pub(crate) fn remove(inner: Arc<Inner>, call: Call) -> Answer {
+    async move {
+        let name = call.param(0).to_string();
+        let keep = call.flag("keep_snapshot");
+        let force = call.flag("force");
+        let named = inner.open.named();
+        let _lock = named.lock(&name).await?;
+        inner.open.forget(&name);
+        let mut r = named.load(&name)?;
+        if !r.state.orphans.is_empty() {
+            let cleanup = named.client().remove_orphans(&r.state).await;
+            r.state = cleanup.state;
+            named.save(&r)?;
+            if !cleanup.remaining.is_empty() && !force {
+                let why: Vec<String> = cleanup
+                    .remaining
+                    .iter()
+                    .map(|(what, e)| format!("{what}: {e}"))
+                    .collect();
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "orphans_remain",
+                    format!(
+                        "{}; remove again once their engine answers, or with force",
+                        why.join("; ")
+                    ),
+                ));
+            }
+        }
+        let mut sandbox = named.resume(&r, |_| {}).await?;
+        let closed = if keep && sandbox.state().workspace_root_ready {
+            sandbox.close().await
+        } else {
+            sandbox.shutdown().await
+        };
+        r.state = sandbox.state();
+        if let Err(e) = closed {
+            if !force {
+                named.save(&r)?;
+                return Err(e.into());
+            }
+        }
+        if !keep {
+            if let Err(e) = sandbox.delete_snapshot().await {
+                if !force {
+                    named.save(&r)?;
+                    return Err(e.into());
+                }
+            }
+        }
+        named.remove(&name)?;
+        Ok(json_reply(&api::Done { ok: true }))
+    }
+    .boxed()
+}
+
+pub(crate) fn start(inner: Arc<Inner>, call: Call) -> Answer {
+    async move {
+        let name = call.param(0).to_string();
+        let named = inner.open.named();
+        let _lock = named.lock(&name).await?;
+        inner.open.forget(&name);
+        let mut r = named.load(&name)?;
+        let mut sandbox = named.resume(&r, |_| {}).await?;
+        let result = sandbox.start().await;
+        r.state = sandbox.state();
+        named.save(&r)?;
+        let branch = result?;
+        let lost = sandbox
+            .background_not_restored()
+            .iter()
+            .map(|b| api::LostProcess {
+                id: b.id.clone(),
+                command: b.command.clone(),
+            })
+            .collect();
+        Ok(json_reply(&api::Started {
+            branch: branch.to_string(),
+            lost_background: lost,
+            sandbox: record(&r),
+        }))
+    }
+    .boxed()
+}
+
+pub(crate) fn stop(inner: Arc<Inner>, call: Call) -> Answer {
+    async move {
+        let name = call.param(0).to_string();
+        let named = inner.open.named();
+        let _lock = named.lock(&name).await?;
+        inner.open.forget(&name);
+        let mut r = named.load(&name)?;
+        let mut sandbox = named.resume(&r, |_| {}).await?;
+        let result = match sandbox.attach().await {
+            Ok(_) => sandbox.stop().await,
+            Err(e) => Err(e),
+        };
+        r.state = sandbox.state();
+        named.save(&r)?;
+        result?;
+        Ok(json_reply(&record(&r)))
+    }
+    .boxed()
+}
+
+pub(crate) fn shutdown(inner: Arc<Inner>, call: Call) -> Answer {
+    async move {
+        let name = call.param(0).to_string();
+        let named = inner.open.named();
+        let _lock = named.lock(&name).await?;
+        inner.open.forget(&name);
+        let mut r = named.load(&name)?;
+        let mut sandbox = named.resume(&r, |_| {}).await?;
+        let result = sandbox.shutdown().await;
+        r.state = sandbox.state();
+        named.save(&r)?;
+        result?;
+        Ok(json_reply(&record(&r)))
+    }
+    .boxed()
+}
+
+pub(crate) fn ports(inner: Arc<Inner>, call: Call) -> Answer {
+    async move {
+        let open = inner.open.get(call.param(0)).await?;
+        let ports = open.sandbox.read().await.published_ports().await?;
+        let ports: Vec<api::Port> = ports
+            .into_iter()
+            .map(|p| api::Port {
+                port: p.port,
+                address: p.address,
+            })
+            .collect();
+        Ok(json_reply(&ports))
+    }
+    .boxed()
+}

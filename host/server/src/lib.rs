@@ -1,0 +1,177 @@
+//! `berth serve`: Berth's API for agent frameworks in any language.
+//!
+//! The server holds sandboxes open (their agent sessions warm) and serves a
+//! versioned JSON API over HTTP/1.1: every lifecycle operation, commands
+//! with output streamed as newline-delimited JSON events, background
+//! processes, the file API, and the workspace as a tar stream. The OpenAPI
+//! document is generated from the route table and served at
+//! `/v1/openapi.json`.
+//!
+//! It is built on the public library only: [`Api`] is a request handler
+//! an embedder can mount in their own service, and [`Server`] listens on a
+//! unix socket (mode 0600) and, when asked, on loopback TCP with a bearer
+//! token.
+//!
+//! ```no_run
+//! use berth::sandbox::{NamedSandboxes, SandboxClient};
+//! use berth_server::{Api, Server};
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let api = Api::new(NamedSandboxes::new(SandboxClient::new("/var/lib/berth")));
+//! Server::new(api)
+//!     .unix_socket("/var/lib/berth/berth.sock")
+//!     .idle_exit(Some(std::time::Duration::from_secs(600)))
+//!     .run()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod handlers;
+mod http;
+mod listen;
+mod open;
+mod openapi;
+mod routes;
+
+use std::sync::Arc;
+
+use berth::sandbox::NamedSandboxes;
+
+pub use api::*;
+pub use http::{BoxError, Reply, ReplyBody, RequestBody};
+pub use listen::{ServeError, Server};
+pub use openapi::openapi;
+
+use handlers::exec::Execs;
+use open::OpenSandboxes;
+
+/// A digest of this process's environment that decides how Berth behaves:
+/// every `BERTH_*` and `DOCKER_*` variable, except those that only steer
+/// the CLI's choice of server. A server answers with it at
+/// `/v1/version`; a CLI whose own digest differs (another engine in
+/// `DOCKER_HOST`, another cache) runs in-process instead.
+pub fn environment_fingerprint() -> String {
+    const IGNORED: &[&str] = &[
+        "BERTH_NO_SERVER",
+        "BERTH_SERVER_IDLE_EXIT",
+        "BERTH_SKIP_LOG",
+    ];
+    let mut vars: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+        .filter(|(k, _)| {
+            (k.starts_with("BERTH_") || k.starts_with("DOCKER_")) && !IGNORED.contains(&k.as_str())
+        })
+        .collect();
+    vars.sort();
+    let mut hasher = blake3::Hasher::new();
+    for (k, v) in &vars {
+        hasher.update(k.as_bytes());
+        hasher.update(b"=");
+        hasher.update(v.as_bytes());
+        hasher.update(b"\0");
+    }
+    hasher.finalize().to_hex()[..16].to_string()
+}
+
+/// Limits on what a request may send. By default: JSON bodies 1 MiB,
+/// archives to hydrate 16 GiB, files written 16 GiB.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Bytes of a JSON request body.
+    pub json_body: usize,
+    /// Bytes of an archive to hydrate.
+    pub archive: u64,
+    /// Bytes of a file written.
+    pub file: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            json_body: 1 << 20,
+            archive: 16 << 30,
+            file: 16 << 30,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) open: OpenSandboxes,
+    pub(crate) execs: Execs,
+    pub(crate) limits: Limits,
+    pub(crate) routes: Vec<routes::Route>,
+}
+
+/// The API: turns requests into replies. Cheap to clone.
+#[derive(Clone)]
+pub struct Api {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("home", &self.inner.open.named().home())
+            .finish()
+    }
+}
+
+impl Api {
+    /// The API over the named sandboxes `named` (their state files and
+    /// locks shared with any other process using the same home).
+    pub fn new(named: NamedSandboxes) -> Self {
+        Self::with_limits(named, Limits::default())
+    }
+
+    /// [`Api::new`] with other [`Limits`].
+    pub fn with_limits(named: NamedSandboxes, limits: Limits) -> Self {
+        Api {
+            inner: Arc::new(Inner {
+                open: OpenSandboxes::new(named),
+                execs: Execs::default(),
+                limits,
+                routes: routes::table(),
+            }),
+        }
+    }
+
+    /// How many sandboxes are open (kept attached between requests).
+    pub fn open_sandboxes(&self) -> usize {
+        self.inner.open.count()
+    }
+
+    /// Answers one request. Paths start with `/v1/`; see
+    /// `/v1/openapi.json`.
+    pub async fn handle(&self, request: ::http::Request<RequestBody>) -> Reply {
+        let (parts, body) = request.into_parts();
+        let path = parts.uri.path().to_string();
+        let started = std::time::Instant::now();
+        let reply = match routes::find(&self.inner.routes, &parts.method, &path) {
+            Err(e) => e.into_reply(),
+            Ok((route, params)) => match routes::parse_query(parts.uri.query()) {
+                Err(e) => e.into_reply(),
+                Ok(query) => {
+                    let call = routes::Call {
+                        params,
+                        query,
+                        headers: parts.headers,
+                        body,
+                    };
+                    match (route.handler)(self.inner.clone(), call).await {
+                        Ok(reply) => reply,
+                        Err(e) => e.into_reply(),
+                    }
+                }
+            },
+        };
+        tracing::debug!(
+            method = %parts.method,
+            path,
+            status = reply.status().as_u16(),
+            ms = started.elapsed().as_millis() as u64,
+            "request"
+        );
+        reply
+    }
+}

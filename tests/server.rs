@@ -1,0 +1,821 @@
+//! `berth serve`: the API over its unix socket and loopback TCP, driven as
+//! a client in another language would (raw HTTP/1.1), against a real
+//! server process and real sandboxes; the CLI through the server and
+//! in-process; the server killed mid-way; the Python client.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use berth_server::ExecLine;
+use berth_tests::{berth_bin, berth_in, berth_ok, docker_or_skip, repo_root, test_image};
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper_util::rt::TokioIo;
+use sha2::Digest;
+
+type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
+
+/// A `berth serve` process on a home of its own; killed when dropped.
+struct Served {
+    home: tempfile::TempDir,
+    socket: PathBuf,
+    child: Child,
+}
+
+impl Served {
+    fn start(extra: &[&str]) -> Served {
+        let home = tempfile::tempdir().unwrap();
+        let socket = home.path().join("berth.sock");
+        let child = Command::new(berth_bin())
+            .env("BERTH_HOME", home.path())
+            .env("RUST_LOG", "berth=info")
+            .arg("serve")
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(home.path().join("serve.log")).unwrap())
+            .spawn()
+            .unwrap();
+        wait_for_socket(&socket);
+        Served {
+            home,
+            socket,
+            child,
+        }
+    }
+
+    fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    fn client(&self) -> Client {
+        Client::Unix(self.socket.clone())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_for_socket(socket: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no server on {}",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Where requests go.
+#[derive(Clone)]
+enum Client {
+    Unix(PathBuf),
+    Tcp(std::net::SocketAddr, Option<String>),
+}
+
+/// A reply: status and the whole body.
+struct Reply {
+    status: StatusCode,
+    body: Bytes,
+}
+
+impl Reply {
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    fn ok(self) -> Reply {
+        assert!(
+            self.status.is_success(),
+            "{}: {}",
+            self.status,
+            String::from_utf8_lossy(&self.body)
+        );
+        self
+    }
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|e| match e {})
+        .boxed_unsync()
+}
+
+impl Client {
+    async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Body,
+    ) -> hyper::Result<http::Response<hyper::body::Incoming>> {
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "berth");
+        for (k, v) in headers {
+            request = request.header(*k, v);
+        }
+        if let Client::Tcp(_, Some(token)) = self {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request.body(body).unwrap();
+        match self {
+            Client::Unix(socket) => {
+                let stream = tokio::net::UnixStream::connect(socket).await.unwrap();
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .unwrap();
+                tokio::spawn(conn);
+                sender.send_request(request).await
+            }
+            Client::Tcp(addr, _) => {
+                let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .unwrap();
+                tokio::spawn(conn);
+                sender.send_request(request).await
+            }
+        }
+    }
+
+    async fn send(&self, method: Method, path: &str, body: Body) -> Reply {
+        let reply = self.send_raw(method, path, &[], body).await.unwrap();
+        let status = reply.status();
+        let body = reply.into_body().collect().await.unwrap().to_bytes();
+        Reply { status, body }
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        self.send(Method::GET, path, full(Bytes::new())).await
+    }
+
+    async fn post(&self, path: &str, json: serde_json::Value) -> Reply {
+        self.send(Method::POST, path, full(json.to_string())).await
+    }
+
+    /// A streamed exec's lines, decoded.
+    async fn exec_lines(&self, sandbox: &str, command: &str) -> Vec<ExecLine> {
+        let reply = self
+            .post(
+                &format!("/v1/sandboxes/{sandbox}/exec"),
+                serde_json::json!({"command": command, "stream": true}),
+            )
+            .await
+            .ok();
+        reply
+            .body
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    }
+}
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// Stdout, stderr and the exit code of streamed lines.
+fn collect(lines: &[ExecLine]) -> (Vec<u8>, Vec<u8>, Option<i32>) {
+    let (mut out, mut err, mut code) = (Vec::new(), Vec::new(), None);
+    for line in lines {
+        match line {
+            ExecLine::Stdout { data } => out.extend(B64.decode(data).unwrap()),
+            ExecLine::Stderr { data } => err.extend(B64.decode(data).unwrap()),
+            ExecLine::Exit { exit_code, .. } => code = Some(*exit_code),
+            ExecLine::Error { error } => panic!("stream failed: {error:?}"),
+            ExecLine::Started { .. } => {}
+        }
+    }
+    (out, err, code)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The socket is 0600; TCP needs the bearer token (none, a wrong one and a
+/// same-length wrong one are refused); a local sandbox is created, runs
+/// commands and files; paths out of the workspace, oversized JSON and
+/// archives over the limit are refused, and a refused archive writes
+/// nothing.
+#[tokio::test]
+async fn api_on_the_socket_and_on_tcp_with_a_token_refuses_what_it_should() {
+    let port = free_port();
+    let token_dir = tempfile::tempdir().unwrap();
+    let token = "0123456789abcdef0123456789abcdef";
+    let token_file = token_dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let served = Served::start(&[
+        "--listen",
+        &port.to_string(),
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--max-archive",
+        "8MiB",
+    ]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&served.socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
+
+    let unix = served.client();
+    let version = unix.get("/v1/version").await.ok().json();
+    assert_eq!(version["api"], 1);
+
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let none = Client::Tcp(addr, None).get("/v1/version").await;
+    assert_eq!(none.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(none.code(), "unauthorized");
+    let wrong = Client::Tcp(addr, Some("nope".into()))
+        .get("/v1/version")
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    let same_length = Client::Tcp(addr, Some(token.replace('0', "1")))
+        .get("/v1/version")
+        .await;
+    assert_eq!(same_length.status, StatusCode::UNAUTHORIZED);
+    let tcp = Client::Tcp(addr, Some(token.into()));
+    tcp.get("/v1/version").await.ok();
+
+    // A local sandbox, created and used over TCP.
+    tcp.post(
+        "/v1/sandboxes",
+        serde_json::json!({"name": "a", "snapshot": "noop",
+            "workspace": {"entries": {"README.md": {"type": "file", "content": "# hi\n"}}}}),
+    )
+    .await
+    .ok();
+    let exists = tcp
+        .post("/v1/sandboxes", serde_json::json!({"name": "a"}))
+        .await;
+    assert_eq!(exists.status, StatusCode::CONFLICT);
+    assert_eq!(exists.code(), "exists");
+    let lines = tcp
+        .exec_lines("a", "cat README.md; echo err >&2; exit 3")
+        .await;
+    let (out, err, code) = collect(&lines);
+    assert_eq!(
+        (out.as_slice(), err.as_slice(), code),
+        (&b"# hi\n"[..], &b"err\n"[..], Some(3))
+    );
+    let collected = tcp
+        .post(
+            "/v1/sandboxes/a/exec",
+            serde_json::json!({"command": "printf x"}),
+        )
+        .await
+        .ok()
+        .json();
+    assert_eq!(collected["stdout"], "x");
+
+    // Files: written whole, read back; a path out of the workspace refused.
+    tcp.send(
+        Method::PUT,
+        "/v1/sandboxes/a/files/content?path=dir%2Ff.bin",
+        full(vec![7u8; 100_000]),
+    )
+    .await;
+    let wrote = tcp
+        .send_raw(
+            Method::PUT,
+            "/v1/sandboxes/a/files/content?path=f.bin",
+            &[("content-length", "100000".into())],
+            full(vec![7u8; 100_000]),
+        )
+        .await
+        .unwrap();
+    assert!(wrote.status().is_success(), "{}", wrote.status());
+    let back = tcp
+        .get("/v1/sandboxes/a/files/content?path=f.bin")
+        .await
+        .ok();
+    assert_eq!(back.body.len(), 100_000);
+    for path in ["..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd"] {
+        let refused = tcp
+            .get(&format!("/v1/sandboxes/a/files/content?path={path}"))
+            .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path}");
+        assert_eq!(refused.code(), "path_refused");
+    }
+    let missing = tcp.get("/v1/sandboxes/nope/files/stat?path=x").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.code(), "not_found");
+
+    // Oversized bodies.
+    let huge_json = tcp
+        .send(
+            Method::POST,
+            "/v1/sandboxes/a/exec",
+            full(format!("{{\"command\": \"{}\"}}", "x".repeat(2 << 20))),
+        )
+        .await;
+    assert_eq!(huge_json.status, StatusCode::PAYLOAD_TOO_LARGE);
+    let before = tcp
+        .get("/v1/sandboxes/a/files/list?path=")
+        .await
+        .ok()
+        .json();
+    // 10 GB announced: refused before a byte is read.
+    let announced = tcp
+        .send_raw(
+            Method::PUT,
+            "/v1/sandboxes/a/archive",
+            &[("content-length", "10000000000".into())],
+            full(Bytes::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(announced.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Streamed without a length: a valid tar that goes on past the limit
+    // (up to 10 GB if nobody stopped it) is cut off at the limit.
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = sent.clone();
+    let chunks = futures::stream::unfold(0u64, move |i| {
+        let counter = counter.clone();
+        async move {
+            if i >= 10_000 {
+                return None;
+            }
+            counter.fetch_add(1 << 20, std::sync::atomic::Ordering::SeqCst);
+            let chunk = if i == 0 {
+                tar_header("big.bin", 10_000 << 20)
+            } else {
+                vec![0u8; 1 << 20]
+            };
+            Some((
+                Ok::<_, std::io::Error>(http_body::Frame::data(Bytes::from(chunk))),
+                i + 1,
+            ))
+        }
+    });
+    let streamed = tcp
+        .send_raw(
+            Method::PUT,
+            "/v1/sandboxes/a/archive",
+            &[],
+            StreamBody::new(chunks).boxed_unsync(),
+        )
+        .await;
+    match streamed {
+        Ok(reply) => {
+            assert_eq!(reply.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        // The server may close the connection while the body is still
+        // coming: the refusal then is the broken request.
+        Err(e) => eprintln!("archive over the limit: connection closed ({e})"),
+    }
+    assert!(
+        sent.load(std::sync::atomic::Ordering::SeqCst) < 1 << 30,
+        "the server read far past its limit"
+    );
+    let after = tcp
+        .get("/v1/sandboxes/a/files/list?path=")
+        .await
+        .ok()
+        .json();
+    assert_eq!(before, after, "a refused archive wrote something");
+
+    // The OpenAPI document served is the committed one.
+    let served_doc = unix.get("/v1/openapi.json").await.ok().json();
+    let committed: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("host/server/openapi.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(served_doc, committed);
+
+    tcp.send(Method::DELETE, "/v1/sandboxes/a", full(Bytes::new()))
+        .await
+        .ok();
+    assert_eq!(
+        unix.get("/v1/sandboxes").await.ok().json(),
+        serde_json::json!([])
+    );
+}
+
+/// A ustar header for a regular file of `size` bytes.
+fn tar_header(name: &str, size: u64) -> Vec<u8> {
+    let mut h = tar::Header::new_ustar();
+    h.set_path(name).unwrap();
+    h.set_size(size);
+    h.set_mode(0o644);
+    h.set_cksum();
+    let mut chunk = h.as_bytes().to_vec();
+    chunk.resize(1 << 20, 0);
+    chunk
+}
+
+/// Ten Docker sandboxes, ten streamed commands on each at once, each
+/// printing a megabyte of random bytes and their sha256: every stream
+/// arrives whole.
+#[tokio::test]
+async fn ten_sandboxes_ten_concurrent_streams_each_arrive_intact() {
+    let Some(_docker) = docker_or_skip("server::ten_sandboxes").await else {
+        return;
+    };
+    let _shared = berth_tests::DOCKERD.read().await;
+    let served = Served::start(&[]);
+    let client = served.client();
+    let creates = (0..10).map(|i| {
+        let client = client.clone();
+        async move {
+            client
+                .post(
+                    "/v1/sandboxes",
+                    serde_json::json!({"name": format!("s{i}"), "backend": "docker",
+                        "image": test_image(), "snapshot": "noop"}),
+                )
+                .await
+                .ok();
+        }
+    });
+    futures::future::join_all(creates).await;
+    let command = "f=/tmp/r.$$; head -c 1048576 /dev/urandom > $f; cat $f; sha256sum $f | cut -d' ' -f1 >&2; rm $f";
+    let started = Instant::now();
+    let runs = (0..100).map(|n| {
+        let client = client.clone();
+        async move {
+            let lines = client.exec_lines(&format!("s{}", n % 10), command).await;
+            let (out, err, code) = collect(&lines);
+            assert_eq!(code, Some(0), "{}", String::from_utf8_lossy(&err));
+            assert_eq!(out.len(), 1 << 20);
+            assert_eq!(
+                hex::encode(sha2::Sha256::digest(&out)),
+                String::from_utf8_lossy(&err).trim(),
+                "stream {n} arrived changed"
+            );
+        }
+    });
+    futures::future::join_all(runs).await;
+    eprintln!(
+        "100 streamed execs over 10 sandboxes: {:?}",
+        started.elapsed()
+    );
+    for i in 0..10 {
+        client
+            .send(
+                Method::DELETE,
+                &format!("/v1/sandboxes/s{i}"),
+                full(Bytes::new()),
+            )
+            .await
+            .ok();
+    }
+}
+
+/// Runs `berth ARGS` with `BERTH_HOME=home`, through the server unless
+/// `in_process`; stdout, stderr and the exit code, with the home's path
+/// replaced by `$HOME`.
+fn cli(home: &Path, in_process: bool, args: &[&str], stdin: &[u8]) -> (String, String, i32) {
+    let mut command = Command::new(berth_bin());
+    command
+        .env("BERTH_HOME", home)
+        .env_remove("RUST_LOG")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if in_process {
+        command.env("BERTH_NO_SERVER", "1");
+    } else {
+        command.env_remove("BERTH_NO_SERVER");
+    }
+    let mut child = command.spawn().unwrap();
+    {
+        use std::io::Write;
+        let mut input = child.stdin.take().unwrap();
+        let _ = input.write_all(stdin);
+    }
+    let out = child.wait_with_output().unwrap();
+    let home = home.to_string_lossy().to_string();
+    let clean = |b: &[u8]| snapshot_ids(&String::from_utf8_lossy(b).replace(&home, "$HOME"));
+    (
+        clean(&out.stdout),
+        clean(&out.stderr),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+/// `text` with every `berth-` followed by 16 hex digits (a session's
+/// snapshot id) as `berth-ID`.
+fn snapshot_ids(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("berth-") {
+        out.push_str(&rest[..at + 6]);
+        rest = &rest[at + 6..];
+        let hex = rest.chars().take_while(char::is_ascii_hexdigit).count();
+        if hex == 16 {
+            out.push_str("ID");
+            rest = &rest[16..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The same CLI session, through the server and in-process: the same
+/// stdout, stderr and exit code at every step (durations and times
+/// aside), for successes and errors alike.
+#[tokio::test]
+async fn the_cli_says_the_same_through_the_server_and_in_process() {
+    let Some(_docker) = docker_or_skip("server::cli_both_ways").await else {
+        return;
+    };
+    let _shared = berth_tests::DOCKERD.read().await;
+    let image = test_image();
+    let steps: Vec<(Vec<&str>, &[u8])> = vec![
+        (
+            vec!["create", "box", "--backend", "docker", "--image", &image],
+            b"",
+        ),
+        (
+            vec!["exec", "box", "--", "echo out; echo err >&2; exit 3"],
+            b"",
+        ),
+        (vec!["exec", "box", "--", "printf '\\377\\000bin'"], b""),
+        (
+            vec!["exec", "-i", "box", "--", "tr a-z A-Z"],
+            b"from stdin\n",
+        ),
+        (
+            vec!["exec", "box", "--env", "K=v", "--", "echo $K > kept.txt"],
+            b"",
+        ),
+        (
+            vec![
+                "exec",
+                "box",
+                "--timeout",
+                "0.5",
+                "--",
+                "echo before; sleep 5",
+            ],
+            b"",
+        ),
+        (
+            vec![
+                "exec",
+                "box",
+                "--detach",
+                "--name",
+                "bg",
+                "--",
+                "echo bg-out; exit 7",
+            ],
+            b"",
+        ),
+        (vec!["wait", "box", "bg"], b""),
+        (vec!["logs", "box", "bg"], b""),
+        (vec!["logs", "box", "nope"], b""),
+        (vec!["kill", "box", "bg", "--signal", "BOGUS"], b""),
+        (vec!["stop", "box"], b""),
+        (vec!["start", "box"], b""),
+        (vec!["exec", "box", "--", "cat kept.txt"], b""),
+        (vec!["exec", "nosuch", "--", "true"], b""),
+        (vec!["ps", "nosuch"], b""),
+        (vec!["port", "box"], b""),
+        (vec!["rm", "box"], b""),
+    ];
+    let mut seen: Vec<Vec<(String, String, i32)>> = Vec::new();
+    for in_process in [false, true] {
+        let home = tempfile::tempdir().unwrap();
+        let mut outputs = Vec::new();
+        for (args, stdin) in &steps {
+            let (out, err, code) = cli(home.path(), in_process, args, stdin);
+            // Times and digests vary by run.
+            let norm = |s: &str| {
+                s.lines()
+                    .map(|l| {
+                        if l.starts_with("stopped box")
+                            || l.starts_with("created box")
+                            || l.contains(" ago ")
+                            || l.starts_with("  ")
+                        {
+                            l.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
+                        } else {
+                            l.to_string()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            outputs.push((norm(&out), norm(&err), code));
+        }
+        seen.push(outputs);
+    }
+    for (i, (through, in_process)) in seen[0].iter().zip(&seen[1]).enumerate() {
+        assert_eq!(
+            through, in_process,
+            "step {:?}: through the server (left) and in-process (right) differ",
+            steps[i].0
+        );
+    }
+    // And they did what they should.
+    assert_eq!(seen[0][1].2, 3);
+    assert_eq!(seen[0][3].0, "FROM STDIN");
+    assert_eq!(seen[0][7].0, "7");
+    assert_eq!(seen[0][13].0, "v");
+    assert_ne!(seen[0][14].2, 0);
+}
+
+/// The server pid a home's CLI uses (started on demand).
+async fn server_pid(home: &Path) -> i32 {
+    let v = Client::Unix(home.join("berth.sock"))
+        .get("/v1/version")
+        .await
+        .ok()
+        .json();
+    v["pid"].as_i64().unwrap() as i32
+}
+
+fn sigkill(pid: i32) {
+    // SAFETY: kill sends a signal; no memory is involved.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// The server the CLI started on demand is SIGKILLed during an exec,
+/// during a file write and during a stop: the CLI says what broke, the
+/// next command starts a new server, no half-written file appears, and
+/// the workspace is whole (the old snapshot or the new one).
+#[tokio::test]
+async fn a_server_killed_mid_exec_mid_write_or_mid_stop_loses_nothing() {
+    let Some(_docker) = docker_or_skip("server::killed").await else {
+        return;
+    };
+    let _shared = berth_tests::DOCKERD.read().await;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let image = test_image();
+    berth_ok(
+        h,
+        &["create", "box", "--backend", "docker", "--image", &image],
+    );
+    berth_ok(
+        h,
+        &[
+            "exec",
+            "box",
+            "--",
+            "head -c 20000000 /dev/urandom > data.bin; sha256sum data.bin > data.sum",
+        ],
+    );
+    berth_ok(h, &["stop", "box"]);
+
+    // Mid-exec: the CLI reports the broken connection and exits non-zero.
+    let pid = server_pid(h).await;
+    let exec = Command::new(berth_bin())
+        .env("BERTH_HOME", h)
+        .args(["exec", "box", "--", "echo started; sleep 60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    sigkill(pid);
+    let started = Instant::now();
+    let out = exec.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("server"), "{stderr}");
+
+    // The next command starts another server.
+    assert_eq!(berth_ok(h, &["exec", "box", "--", "echo ok"]), "ok\n");
+    let pid2 = server_pid(h).await;
+    assert_ne!(pid, pid2);
+
+    // Mid-write: half a file sent, then the server dies; no file, no
+    // leftover appears.
+    let before = berth_ok(h, &["exec", "box", "--", "ls -a"]);
+    let client = Client::Unix(h.join("berth.sock"));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let body = StreamBody::new(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::io::Error>(http_body::Frame::data(b)), rx))
+    }))
+    .boxed_unsync();
+    let write = tokio::spawn(async move {
+        client
+            .send_raw(
+                Method::PUT,
+                "/v1/sandboxes/box/files/content?path=half.bin",
+                &[("content-length", (8u64 << 20).to_string())],
+                body,
+            )
+            .await
+    });
+    for _ in 0..4 {
+        tx.send(Bytes::from(vec![1u8; 1 << 20])).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sigkill(pid2);
+    let written = write.await.unwrap();
+    assert!(written.is_err() || !written.unwrap().status().is_success());
+    drop(tx);
+    let after = berth_ok(h, &["exec", "box", "--", "ls -a"]);
+    assert_eq!(before, after, "a killed write left something");
+
+    // Mid-stop: the stop is cut off; the workspace is whole afterwards and
+    // a stop then succeeds.
+    berth_ok(h, &["exec", "box", "--", "echo second > second.txt"]);
+    let pid3 = server_pid(h).await;
+    let stop = Command::new(berth_bin())
+        .env("BERTH_HOME", h)
+        .args(["stop", "box"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    sigkill(pid3);
+    let _ = stop.wait_with_output().unwrap();
+    let check = berth_in(
+        h,
+        &[
+            "exec",
+            "box",
+            "--",
+            "sha256sum -c data.sum && cat second.txt",
+        ],
+    );
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    berth_ok(h, &["stop", "box"]);
+    // The container goes away: the snapshot has both files.
+    let container = berth_tests::container_id(&berth_tests::berth_state(h, "box"));
+    assert!(Command::new("docker")
+        .args(["rm", "-f", &container])
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let restored = berth_ok(
+        h,
+        &[
+            "exec",
+            "box",
+            "--",
+            "sha256sum -c data.sum >/dev/null && cat second.txt",
+        ],
+    );
+    assert_eq!(restored, "second\n");
+    berth_ok(h, &["rm", "box"]);
+}
+
+/// The Python client's own tests (`host/python/tests`), against a real
+/// server with real Docker sandboxes.
+#[tokio::test]
+async fn the_python_client_works_against_a_real_server() {
+    let Some(_docker) = docker_or_skip("server::python_client").await else {
+        return;
+    };
+    let _shared = berth_tests::DOCKERD.read().await;
+    let served = Served::start(&[]);
+    let python = repo_root().join("host/python");
+    let out = Command::new("python3")
+        .current_dir(&python)
+        .env("BERTH_SOCKET", &served.socket)
+        .env("BERTH_TEST_IMAGE", test_image())
+        .env("BERTH_HOME", served.home())
+        .args(["-m", "unittest", "discover", "-v", "-s", "tests"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{}{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(stderr.contains("OK"), "{stderr}");
+}
