@@ -18,7 +18,10 @@ struct Cli {
 
 impl Cli {
     fn run(&self, args: &[&str]) -> (i32, String, String) {
+        // In-process: the kill below must land in the process that stops
+        // (a server killed mid-stop is tests/server.rs's).
         let out = Command::new(berth_bin())
+            .env("BERTH_NO_SERVER", "1")
             .env("BERTH_HOME", &self.home)
             .env("BERTH_CACHE_DIR", self.home.join("cache"))
             .args(args)
@@ -90,6 +93,7 @@ fn trials(snapshot: &str, home: &Path, seed: u64) {
         let attempted = cli.ok(&["exec", name, "--", LISTING]);
         let delay = Duration::from_micros(rng.next() % (stop_time.as_micros() as u64 * 3 / 2 + 1));
         let mut child = Command::new(berth_bin())
+            .env("BERTH_NO_SERVER", "1")
             .env("BERTH_HOME", &cli.home)
             .env("BERTH_CACHE_DIR", cli.home.join("cache"))
             .args(["stop", name])

@@ -17,6 +17,7 @@ mod garage;
 mod guests;
 mod lint;
 mod process;
+mod python;
 
 use anyhow::{bail, Result};
 
@@ -100,8 +101,17 @@ fn wasm_target() -> Result<()> {
     }
 }
 
-fn setup(_root: &Path) -> Result<()> {
+fn setup(root: &Path) -> Result<()> {
     wasm_target()?;
+    match python::agents_setup(root) {
+        Ok(()) => {}
+        Err(e) if docker_required() => {
+            return Err(e.context(
+                "the Agents SDK venv is required (CI or BERTH_REQUIRE_DOCKER is set) but could not be made",
+            ))
+        }
+        Err(e) => eprintln!("xtask: warning: no Agents SDK venv ({e:#}); its test will be skipped"),
+    }
     match garage_setup() {
         Ok(()) => {}
         Err(e) if docker_required() => {

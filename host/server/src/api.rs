@@ -130,8 +130,13 @@ pub struct SandboxRecord {
 /// `POST /v1/sandboxes/{name}/start`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Started {
-    /// What start did: `reused`, `restored`, `initialised`, …
+    /// What start did, for people.
     pub branch: String,
+    /// What start did, for programs: `reused` (the workspace was in
+    /// place), `attached` (already running), `restored` (brought back from
+    /// the snapshot) or `fresh` (set up from the manifest: nothing to
+    /// restore).
+    pub kind: String,
     /// Background processes that did not come back (their instance was
     /// re-created).
     pub lost_background: Vec<LostProcess>,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use berth::backend::docker::DockerOptions;
 use berth::backend::local::LocalOptions;
-use berth::sandbox::{BackendSpec, NamedSandbox, SandboxSpec, SnapshotSpec};
+use berth::sandbox::{BackendSpec, NamedSandbox, SandboxSpec, SnapshotSpec, StartBranch};
 use berth::WorkspaceSpec;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -261,8 +261,15 @@ pub(crate) fn start(inner: Arc<Inner>, call: Call) -> Answer {
                 command: b.command.clone(),
             })
             .collect();
+        let kind = match branch {
+            StartBranch::Reuse => "reused",
+            StartBranch::Attached => "attached",
+            StartBranch::Restore | StartBranch::Rebuild { restored: true } => "restored",
+            _ => "fresh",
+        };
         Ok(json_reply(&api::Started {
             branch: branch.to_string(),
+            kind: kind.to_string(),
             lost_background: lost,
             sandbox: record(&r),
         }))
