@@ -11,6 +11,7 @@ mod dedup;
 mod docker;
 mod plugins;
 mod s3;
+mod server;
 
 use commands::*;
 use dedup::*;
@@ -37,7 +38,8 @@ pub struct BenchArgs {
     #[arg(long)]
     runs: Option<usize>,
     /// Run only these groups (repeatable): persist (persist, restore and
-    /// memory), dedup, plugins, docker, commands, s3. By default, all.
+    /// memory), dedup, plugins, docker, commands, server, s3. By default,
+    /// all.
     #[arg(long)]
     only: Vec<String>,
     /// Where to write the JSON results.
@@ -381,6 +383,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match command_rows(&client, &image, args.quick).await {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: command rows skipped: {e:#}"),
+        }
+    }
+    if want("server") {
+        let image =
+            std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
+        match server::server_rows(&image, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: server rows skipped: {e:#}"),
         }
     }
     if want("s3") {
