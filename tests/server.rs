@@ -327,6 +327,45 @@ async fn api_on_the_socket_and_on_tcp_with_a_token_refuses_what_it_should() {
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert_eq!(missing.code(), "not_found");
 
+    // A client that stops reading holds back only its own command: a
+    // flood nobody reads, and meanwhile other requests are answered.
+    let stalled = tcp
+        .send_raw(
+            Method::POST,
+            "/v1/sandboxes/a/exec",
+            &[],
+            full(r#"{"command": "yes flood | head -c 1000000000", "stream": true}"#),
+        )
+        .await
+        .unwrap();
+    assert!(stalled.status().is_success());
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        let lines = tcp.exec_lines("a", "echo quick").await;
+        assert_eq!(collect(&lines).0, b"quick\n");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "other requests waited on a stalled reader: {:?}",
+        started.elapsed()
+    );
+    // The flood is held back, not buffered: the server's memory stays small.
+    let pid = unix.get("/v1/version").await.ok().json()["pid"]
+        .as_u64()
+        .unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(
+        rss_kib < 200 * 1024,
+        "server RSS {rss_kib} KiB with a stalled reader"
+    );
+    drop(stalled);
+
     // Oversized bodies.
     let huge_json = tcp
         .send(
@@ -594,6 +633,15 @@ async fn the_cli_says_the_same_through_the_server_and_in_process() {
         (vec!["logs", "box", "bg"], b""),
         (vec!["logs", "box", "nope"], b""),
         (vec!["kill", "box", "bg", "--signal", "BOGUS"], b""),
+        (vec!["files", "box", "mkdir", "-p", "d/e"], b""),
+        (
+            vec!["files", "box", "write", "d/e/f.bin", "--mode", "600"],
+            b"\x00\x01binary\xff",
+        ),
+        (vec!["files", "box", "read", "d/e/f.bin"], b""),
+        (vec!["files", "box", "read", "../../etc/passwd"], b""),
+        (vec!["files", "box", "read", "missing"], b""),
+        (vec!["files", "box", "rm", "-r", "d"], b""),
         (vec!["stop", "box"], b""),
         (vec!["start", "box"], b""),
         (vec!["exec", "box", "--", "cat kept.txt"], b""),
@@ -640,8 +688,10 @@ async fn the_cli_says_the_same_through_the_server_and_in_process() {
     assert_eq!(seen[0][1].2, 3);
     assert_eq!(seen[0][3].0, "FROM STDIN");
     assert_eq!(seen[0][7].0, "7");
-    assert_eq!(seen[0][13].0, "v");
+    assert_eq!(seen[0][13].0, "\u{0}\u{1}binary\u{fffd}");
     assert_ne!(seen[0][14].2, 0);
+    assert_eq!(seen[0][19].0, "v");
+    assert_ne!(seen[0][20].2, 0);
 }
 
 /// The server pid a home's CLI uses (started on demand).

@@ -191,6 +191,21 @@ impl Remote {
         path: &str,
         body: Option<Body>,
     ) -> anyhow::Result<Answer> {
+        let json = body
+            .is_some()
+            .then_some((http::header::CONTENT_TYPE, "application/json".to_string()));
+        self.send_with(method, path, body, json.into_iter().collect())
+            .await
+    }
+
+    /// [`Remote::send`] with these headers.
+    pub async fn send_with(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<Body>,
+        headers: Vec<(http::header::HeaderName, String)>,
+    ) -> anyhow::Result<Answer> {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
             .with_context(|| format!("connecting to the server at {}", self.socket.display()))?;
@@ -204,8 +219,8 @@ impl Remote {
             .method(method)
             .uri(path)
             .header(http::header::HOST, "berth");
-        if body.is_some() {
-            request = request.header(http::header::CONTENT_TYPE, "application/json");
+        for (name, value) in headers {
+            request = request.header(name, value);
         }
         let request = request.body(body.unwrap_or_else(|| {
             Full::new(Bytes::new())

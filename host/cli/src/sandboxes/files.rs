@@ -5,11 +5,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use berth::sandbox::FileKind;
+use berth::sandbox::{FileInfo, FileKind};
 use clap::Subcommand;
+use http::Method;
+use http_body_util::BodyExt;
 use tokio::io::AsyncWriteExt;
 
 use super::*;
+use crate::server::{encode, Remote};
 
 /// One side of `berth cp`: `NAME:PATH` in a sandbox, or a host path.
 enum Place {
@@ -110,33 +113,133 @@ pub enum FilesCommand {
     },
 }
 
+/// `berth files ls`'s output.
+fn print_listing(entries: Vec<FileInfo>, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&entries)?);
+        return Ok(());
+    }
+    let mut t = table::Table::new(&["MODE", "SIZE", "NAME"]);
+    for e in entries {
+        let name = Path::new(&e.path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let shown = match (e.kind, &e.target) {
+            (FileKind::Dir, _) => format!("{name}/"),
+            (FileKind::Symlink, Some(t)) => format!("{name} -> {t}"),
+            _ => name,
+        };
+        t.row(vec![format!("{:o}", e.mode), e.size.to_string(), shown]);
+    }
+    print!("{}", t.render());
+    Ok(())
+}
+
+fn octal_mode(mode: Option<String>) -> anyhow::Result<Option<u32>> {
+    mode.map(|m| u32::from_str_radix(&m, 8))
+        .transpose()
+        .context("--mode takes octal permissions (e.g. 755)")
+}
+
+/// Stdin in a spool file, and its length: the size goes first, so an
+/// interrupted pipe then changes nothing in the sandbox.
+async fn spool_stdin() -> anyhow::Result<(std::fs::File, u64)> {
+    let spool = tempfile::tempfile().context("making a spool file for stdin")?;
+    let mut spool = tokio::fs::File::from_std(spool);
+    let len = tokio::io::copy(&mut tokio::io::stdin(), &mut spool).await?;
+    spool.flush().await?;
+    let mut spool = spool.into_std().await;
+    std::io::Seek::rewind(&mut spool)?;
+    Ok((spool, len))
+}
+
+/// `berth files` through the server: the same output.
+async fn files_through(remote: &Remote, name: &str, command: FilesCommand) -> anyhow::Result<()> {
+    let base = format!("{}/files", through_server::sandbox_path(name));
+    let q = |path: &str| format!("path={}", encode(path));
+    match command {
+        FilesCommand::Ls { path, json } => {
+            let entries = remote
+                .json(Method::GET, &format!("{base}/list?{}", q(&path)), None)
+                .await?;
+            print_listing(entries, json)?;
+        }
+        FilesCommand::Stat { path } => {
+            let info: FileInfo = remote
+                .json(Method::GET, &format!("{base}/stat?{}", q(&path)), None)
+                .await?;
+            println!("{}", serde_json::to_string_pretty(&info)?);
+        }
+        FilesCommand::Read { path } => {
+            let answer = remote
+                .send(Method::GET, &format!("{base}/content?{}", q(&path)), None)
+                .await?;
+            let mut body = answer.body;
+            let mut stdout = tokio::io::stdout();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.with_context(|| format!("reading {name}:{path}"))?;
+                if let Ok(data) = frame.into_data() {
+                    stdout.write_all(&data).await?;
+                }
+            }
+            stdout.flush().await?;
+        }
+        FilesCommand::Write { path, mode } => {
+            let mode = octal_mode(mode)?;
+            let (spool, len) = spool_stdin().await?;
+            let stream = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(spool));
+            let body = http_body_util::StreamBody::new(futures::StreamExt::map(stream, |r| {
+                r.map(http_body::Frame::data)
+                    .map_err(berth_server::BoxError::from)
+            }))
+            .boxed_unsync();
+            let mut target = format!("{base}/content?{}", q(&path));
+            if let Some(m) = mode {
+                target.push_str(&format!("&mode={m:o}"));
+            }
+            remote
+                .send_with(
+                    Method::PUT,
+                    &target,
+                    Some(body),
+                    vec![(http::header::CONTENT_LENGTH, len.to_string())],
+                )
+                .await?;
+        }
+        FilesCommand::Rm { path, recursive } => {
+            remote
+                .json::<serde_json::Value>(
+                    Method::DELETE,
+                    &format!("{base}?{}&recursive={recursive}", q(&path)),
+                    None,
+                )
+                .await?;
+        }
+        FilesCommand::Mkdir { path, parents } => {
+            remote
+                .json::<serde_json::Value>(
+                    Method::POST,
+                    &format!("{base}/mkdir?{}&parents={parents}", q(&path)),
+                    None,
+                )
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 pub async fn files(name: &str, command: FilesCommand) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
+    if let Some(remote) = Remote::for_home(&home).await {
+        files_through(&remote, name, command).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let (lock, sandbox) = attach_locked(&home, name).await?;
     drop(lock);
     let files = sandbox.files();
     match command {
-        FilesCommand::Ls { path, json } => {
-            let entries = files.list(&path).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&entries)?);
-            } else {
-                let mut t = table::Table::new(&["MODE", "SIZE", "NAME"]);
-                for e in entries {
-                    let name = Path::new(&e.path)
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    let shown = match (e.kind, &e.target) {
-                        (FileKind::Dir, _) => format!("{name}/"),
-                        (FileKind::Symlink, Some(t)) => format!("{name} -> {t}"),
-                        _ => name,
-                    };
-                    t.row(vec![format!("{:o}", e.mode), e.size.to_string(), shown]);
-                }
-                print!("{}", t.render());
-            }
-        }
+        FilesCommand::Ls { path, json } => print_listing(files.list(&path).await?, json)?,
         FilesCommand::Stat { path } => {
             println!(
                 "{}",
@@ -152,18 +255,8 @@ pub async fn files(name: &str, command: FilesCommand) -> anyhow::Result<ExitCode
             stdout.flush().await?;
         }
         FilesCommand::Write { path, mode } => {
-            let mode = mode
-                .map(|m| u32::from_str_radix(&m, 8))
-                .transpose()
-                .context("--mode takes octal permissions (e.g. 755)")?;
-            // The size goes first, so stdin is spooled: an interrupted
-            // pipe then changes nothing in the sandbox.
-            let spool = tempfile::tempfile().context("making a spool file for stdin")?;
-            let mut spool = tokio::fs::File::from_std(spool);
-            let len = tokio::io::copy(&mut tokio::io::stdin(), &mut spool).await?;
-            spool.flush().await?;
-            let mut spool = spool.into_std().await;
-            std::io::Seek::rewind(&mut spool)?;
+            let mode = octal_mode(mode)?;
+            let (spool, len) = spool_stdin().await?;
             files
                 .write(&path, tokio::fs::File::from_std(spool), len, mode)
                 .await?;
