@@ -446,7 +446,10 @@ async fn api_on_the_socket_and_on_tcp_with_a_token_refuses_what_it_should() {
         &std::fs::read_to_string(repo_root().join("host/server/openapi.json")).unwrap(),
     )
     .unwrap();
-    assert_eq!(served_doc, committed);
+    assert!(
+        served_doc == committed,
+        "the served OpenAPI document differs from host/server/openapi.json: `BERTH_BLESS=1 cargo test -p berth-server`"
+    );
 
     tcp.send(Method::DELETE, "/v1/sandboxes/a", full(Bytes::new()))
         .await
@@ -905,4 +908,40 @@ async fn the_agents_sdk_provider_persists_and_resumes_in_a_fresh_process() {
         "{}{stderr}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// What the library logs while the server handles a command (here: the
+/// agent cannot run, so commands fall back to plain execs) reaches the
+/// CLI's stderr, as it would in-process.
+#[tokio::test]
+async fn warnings_logged_in_the_server_reach_the_cli() {
+    let Some(_docker) = docker_or_skip("server::warnings").await else {
+        return;
+    };
+    let _shared = berth_tests::DOCKERD.read().await;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    berth_ok(
+        h,
+        &[
+            "create",
+            "ro",
+            "--backend",
+            "docker",
+            "--image",
+            &test_image(),
+            "--snapshot",
+            "noop",
+            "--run-arg=--tmpfs",
+            "--run-arg=/.berth:noexec",
+        ],
+    );
+    let (out, err, code) = cli(h, false, &["exec", "ro", "--", "echo via exec"], b"");
+    assert_eq!((out.as_str(), code), ("via exec\n", 0), "{err}");
+    assert_eq!(err.matches("agent cannot run").count(), 1, "{err}");
+    assert!(
+        h.join("server.log").exists(),
+        "the command did not go through a server"
+    );
+    berth_ok(h, &["rm", "ro"]);
 }

@@ -10,12 +10,17 @@ mod table;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
         )
-        .with_writer(std::io::stderr)
+        // `berth serve` hands the warnings of a request to its client.
+        .with(berth_server::WarningRelay.with_filter(tracing_subscriber::filter::LevelFilter::WARN))
         .init();
     let args = commands::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -168,11 +168,16 @@ impl Remote {
             .json::<berth_server::Version>(http::Method::GET, "/v1/version", None)
             .await
         {
-            Ok(v) if v.environment == berth_server::environment_fingerprint() => Some(remote),
+            Ok(v)
+                if v.environment == berth_server::environment_fingerprint()
+                    && v.build == berth_server::build_identity() =>
+            {
+                Some(remote)
+            }
             Ok(v) => {
                 tracing::info!(
                     server_pid = v.pid,
-                    "the server's BERTH_*/DOCKER_* environment differs from this command's: running in this process"
+                    "the server runs another build of berth, or its BERTH_*/DOCKER_* environment differs from this command's: running in this process"
                 );
                 None
             }
@@ -231,6 +236,7 @@ impl Remote {
             .send_request(request)
             .await
             .context("the server did not answer")?;
+        relay_warnings(reply.headers());
         let status = reply.status();
         if status.is_success() {
             return Ok(Answer {
@@ -266,6 +272,23 @@ impl Remote {
         let answer = self.send(method, path, body).await?;
         let bytes = answer.body.collect().await?.to_bytes();
         serde_json::from_slice(&bytes).context("the server's reply is not what this berth expects")
+    }
+}
+
+/// Logs here the warnings the server logged while it handled a request,
+/// as the same command run in-process would have.
+fn relay_warnings(headers: &http::HeaderMap) {
+    use base64::Engine;
+    let Some(value) = headers.get(berth_server::WARNINGS_HEADER) else {
+        return;
+    };
+    let lines: Vec<String> = base64::engine::general_purpose::STANDARD
+        .decode(value.as_bytes())
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    for line in lines {
+        tracing::warn!(target: "berth", "{line}");
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Version {
     /// [`crate::environment_fingerprint`]): a CLI whose own differs runs
     /// its command in-process rather than under settings it did not give.
     pub environment: String,
+    /// Which build serves (see [`crate::build_identity`]).
+    pub build: String,
 }
 
 /// Every error reply: an HTTP status and this body.

@@ -29,6 +29,7 @@ mod api;
 mod handlers;
 mod http;
 mod listen;
+mod notices;
 mod open;
 mod openapi;
 mod routes;
@@ -40,6 +41,7 @@ use berth::sandbox::NamedSandboxes;
 pub use api::*;
 pub use http::{BoxError, Reply, ReplyBody, RequestBody};
 pub use listen::{ServeError, Server};
+pub use notices::{WarningRelay, WARNINGS_HEADER};
 pub use openapi::openapi;
 
 use handlers::exec::Execs;
@@ -69,6 +71,25 @@ pub fn environment_fingerprint() -> String {
         hasher.update(b"=");
         hasher.update(v.as_bytes());
         hasher.update(b"\0");
+    }
+    hasher.finalize().to_hex()[..16].to_string()
+}
+
+/// Which build of Berth this process runs: a digest of its executable's
+/// path, size and modification time. A CLI talks only to a server of its
+/// own build (after an upgrade or a rebuild, an older server still running
+/// is left alone and the CLI runs in-process).
+pub fn build_identity() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
+    if let Ok(exe) = std::env::current_exe() {
+        hasher.update(exe.as_os_str().as_encoded_bytes());
+        if let Ok(m) = std::fs::metadata(&exe) {
+            hasher.update(&m.size().to_le_bytes());
+            hasher.update(&m.mtime().to_le_bytes());
+            hasher.update(&m.mtime_nsec().to_le_bytes());
+        }
     }
     hasher.finalize().to_hex()[..16].to_string()
 }
@@ -147,24 +168,15 @@ impl Api {
         let (parts, body) = request.into_parts();
         let path = parts.uri.path().to_string();
         let started = std::time::Instant::now();
-        let reply = match routes::find(&self.inner.routes, &parts.method, &path) {
-            Err(e) => e.into_reply(),
-            Ok((route, params)) => match routes::parse_query(parts.uri.query()) {
-                Err(e) => e.into_reply(),
-                Ok(query) => {
-                    let call = routes::Call {
-                        params,
-                        query,
-                        headers: parts.headers,
-                        body,
-                    };
-                    match (route.handler)(self.inner.clone(), call).await {
-                        Ok(reply) => reply,
-                        Err(e) => e.into_reply(),
-                    }
-                }
-            },
-        };
+        let (mut reply, warnings) = notices::collecting(self.answer(&parts, body, &path)).await;
+        if !warnings.is_empty() {
+            use base64::Engine;
+            let encoded = base64::engine::general_purpose::STANDARD
+                .encode(serde_json::to_vec(&warnings).unwrap_or_default());
+            if let Ok(value) = ::http::HeaderValue::from_str(&encoded) {
+                reply.headers_mut().insert(WARNINGS_HEADER, value);
+            }
+        }
         tracing::debug!(
             method = %parts.method,
             path,
@@ -173,5 +185,26 @@ impl Api {
             "request"
         );
         reply
+    }
+
+    async fn answer(&self, parts: &::http::request::Parts, body: RequestBody, path: &str) -> Reply {
+        match routes::find(&self.inner.routes, &parts.method, path) {
+            Err(e) => e.into_reply(),
+            Ok((route, params)) => match routes::parse_query(parts.uri.query()) {
+                Err(e) => e.into_reply(),
+                Ok(query) => {
+                    let call = routes::Call {
+                        params,
+                        query,
+                        headers: parts.headers.clone(),
+                        body,
+                    };
+                    match (route.handler)(self.inner.clone(), call).await {
+                        Ok(reply) => reply,
+                        Err(e) => e.into_reply(),
+                    }
+                }
+            },
+        }
     }
 }

@@ -27,6 +27,7 @@ pub(crate) fn version(_: Arc<Inner>, _: Call) -> Answer {
             berth: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
             environment: crate::environment_fingerprint(),
+            build: crate::build_identity(),
         }))
     }
     .boxed()
