@@ -945,3 +945,72 @@ async fn warnings_logged_in_the_server_reach_the_cli() {
     );
     berth_ok(h, &["rm", "ro"]);
 }
+
+/// Fork over the API: a deduplicated sandbox on the fs-store plugin,
+/// stopped twice; a fork from the newest and one from the first
+/// generation each see their generation's workspace.
+#[tokio::test]
+async fn fork_through_the_api_starts_from_a_kept_generation() {
+    let served = Served::start(&[]);
+    let client = served.client();
+    let store = served.home().join("store");
+    let manifest = berth_tests::fs_store_manifest(served.home(), &store);
+    client
+        .post(
+            "/v1/sandboxes",
+            serde_json::json!({"name": "src", "snapshot": format!("remote:{}", manifest.display()),
+                "dedup_keep": 3}),
+        )
+        .await
+        .ok();
+    let write = |text: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .send(
+                    Method::PUT,
+                    "/v1/sandboxes/src/files/content?path=gen.txt",
+                    full(text),
+                )
+                .await
+                .ok();
+            client
+                .post("/v1/sandboxes/src/stop", serde_json::json!({}))
+                .await
+                .ok();
+        }
+    };
+    write("one").await;
+    write("two").await;
+    for (name, generation, want) in [("newest", None, "two"), ("first", Some(1), "one")] {
+        let mut body = serde_json::json!({"name": name});
+        if let Some(g) = generation {
+            body["generation"] = g.into();
+        }
+        let forked = client
+            .post("/v1/sandboxes/src/fork", body)
+            .await
+            .ok()
+            .json();
+        assert_eq!(forked["name"], name);
+        let got = client
+            .get(&format!("/v1/sandboxes/{name}/files/content?path=gen.txt"))
+            .await
+            .ok();
+        assert_eq!(got.body, want, "fork {name}");
+    }
+    let again = client
+        .post(
+            "/v1/sandboxes/src/fork",
+            serde_json::json!({"name": "first"}),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    let refused = client
+        .post(
+            "/v1/sandboxes",
+            serde_json::json!({"name": "x", "snapshot": "local", "dedup_keep": 2}),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+}

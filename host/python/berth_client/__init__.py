@@ -367,7 +367,8 @@ class Berth:
     ) -> "Sandbox":
         """Creates (and by default starts) a sandbox. ``options`` are the
         other fields of ``POST /v1/sandboxes`` (``engine``, ``network``,
-        ``expose``, ``memory``, ``cpus``, ``agent``, ``compress``)."""
+        ``expose``, ``memory``, ``cpus``, ``agent``, ``compress``,
+        ``dedup_keep``)."""
         body = {"name": name, "start": start, **options}
         for key, value in (
             ("backend", backend),
@@ -466,6 +467,15 @@ class Sandbox:
     def stop(self) -> dict:
         """Persists the workspace into its snapshot (destroys nothing)."""
         return self.client._json("POST", f"{self._path}/stop")
+
+    def fork(self, name: str, *, generation: Optional[int] = None, start: bool = True) -> "Sandbox":
+        """A new sandbox ``name`` starting from one of this one's kept
+        generations (the newest by default; deduplicated snapshots only)."""
+        body: dict = {"name": name, "start": start}
+        if generation is not None:
+            body["generation"] = generation
+        self.client._json("POST", f"{self._path}/fork", json_body=body)
+        return Sandbox(self.client, name)
 
     def shutdown(self) -> dict:
         """Destroys the running instance; the snapshot stays."""

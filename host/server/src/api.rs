@@ -111,6 +111,10 @@ pub struct CreateSandbox {
     /// Compress snapshots with zstd. By default, no.
     #[serde(default)]
     pub compress: bool,
+    /// Store incremental, deduplicated generations, keeping this many
+    /// (a `remote:MANIFEST` snapshot only). By default, whole archives.
+    #[serde(default)]
+    pub dedup_keep: Option<u32>,
     /// Start it after creating. By default, yes.
     #[serde(default)]
     pub start: Option<bool>,
@@ -153,6 +157,21 @@ pub struct LostProcess {
     pub id: String,
     /// Its command.
     pub command: String,
+}
+
+/// `POST /v1/sandboxes/{name}/fork`: a new sandbox whose workspace starts
+/// from one of this one's kept generations (deduplicated snapshots).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkBody {
+    /// The new sandbox's name.
+    pub name: String,
+    /// The generation to start from. By default, the newest.
+    #[serde(default)]
+    pub generation: Option<u64>,
+    /// Start it after forking. By default, yes.
+    #[serde(default)]
+    pub start: Option<bool>,
 }
 
 /// `POST /v1/sandboxes/{name}/exec`.

@@ -124,6 +124,7 @@ pub(crate) fn table() -> Vec<Route> {
         r(Method::DELETE, "/v1/sandboxes/{name}", "Shut a sandbox down, delete the snapshots Berth made for it (unless `keep_snapshot`) and forget it.", &[("keep_snapshot", false, "Persist the workspace first and keep its snapshot."), ("force", false, "Forget it even if shutting down or deleting fails.")], Empty, json::<api::Done>(), sandboxes::remove),
         r(Method::POST, "/v1/sandboxes/{name}/start", "Start: reuse, rebuild or restore the workspace.", &[], Empty, json::<api::Started>(), sandboxes::start),
         r(Method::POST, "/v1/sandboxes/{name}/stop", "Persist the workspace into its snapshot (destroys nothing).", &[], Empty, json::<api::SandboxRecord>(), sandboxes::stop),
+        r(Method::POST, "/v1/sandboxes/{name}/fork", "Fork: a new sandbox starting from one of this one's kept generations (deduplicated snapshots).", &[], json::<api::ForkBody>(), json::<api::SandboxRecord>(), sandboxes::fork),
         r(Method::POST, "/v1/sandboxes/{name}/shutdown", "Destroy the running instance (the snapshot stays).", &[], Empty, json::<api::SandboxRecord>(), sandboxes::shutdown),
         r(Method::GET, "/v1/sandboxes/{name}/archive", "The workspace as a tar stream.", &[], Empty, Bytes("application/x-tar"), files::persist),
         r(Method::PUT, "/v1/sandboxes/{name}/archive", "Extract a tar stream into the workspace, after all of it passed the hydrate policy.", &[], Bytes("application/x-tar"), json::<api::Written>(), files::hydrate),

@@ -126,8 +126,18 @@ fn spec_of(
         }
         None => WorkspaceSpec::default(),
     };
-    let snapshot = SnapshotSpec::parse_choice(body.snapshot.as_deref().unwrap_or("local"), home)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut snapshot =
+        SnapshotSpec::parse_choice(body.snapshot.as_deref().unwrap_or("local"), home)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if let Some(keep) = body.dedup_keep {
+        if !matches!(snapshot, SnapshotSpec::Remote { .. }) {
+            return Err(ApiError::bad_request(format!(
+                "`dedup_keep` needs a remote store (`snapshot`: remote:MANIFEST), not {:?}",
+                body.snapshot.as_deref().unwrap_or("local")
+            )));
+        }
+        snapshot = snapshot.deduplicated(keep.max(1));
+    }
     let kind = body
         .backend
         .as_deref()
@@ -293,6 +303,42 @@ pub(crate) fn stop(inner: Arc<Inner>, call: Call) -> Answer {
         r.state = sandbox.state();
         named.save(&r)?;
         result?;
+        Ok(json_reply(&record(&r)))
+    }
+    .boxed()
+}
+
+pub(crate) fn fork(inner: Arc<Inner>, call: Call) -> Answer {
+    async move {
+        let source_name = call.param(0).to_string();
+        let body: api::ForkBody = read_json(call.body, inner.limits.json_body).await?;
+        let named = inner.open.named();
+        let _source_lock = named.lock(&source_name).await?;
+        let _lock = named.lock(&body.name).await?;
+        if named.read_text(&body.name)?.is_some() {
+            return Err(berth::sandbox::NamedSandboxError::Exists { name: body.name }.into());
+        }
+        let source = named.load(&source_name)?;
+        let client = named.client();
+        let backend = client.backend_like(&source.state.backend)?;
+        let options = named.options(&body.name, false, source.freeze);
+        let mut sandbox = client
+            .fork(&source.state, body.generation, None, backend, options)
+            .await?;
+        let started = if body.start.unwrap_or(true) {
+            sandbox.start().await.map(|_| ())
+        } else {
+            Ok(())
+        };
+        let r = NamedSandbox {
+            name: body.name.clone(),
+            compression: false,
+            freeze: source.freeze,
+            state: sandbox.state(),
+        };
+        // Saved even when start failed: what start made stays reachable.
+        named.save(&r)?;
+        started?;
         Ok(json_reply(&record(&r)))
     }
     .boxed()
