@@ -1014,3 +1014,48 @@ async fn fork_through_the_api_starts_from_a_kept_generation() {
         .await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
 }
+
+/// The server the CLI starts on demand exits once idle for
+/// `BERTH_SERVER_IDLE_EXIT`, removing its socket; the next command starts
+/// another.
+#[tokio::test]
+async fn an_idle_server_exits_and_the_next_command_starts_another() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let run = |args: &[&str]| {
+        let out = Command::new(berth_bin())
+            .env("BERTH_HOME", h)
+            .env("BERTH_SERVER_IDLE_EXIT", "1s")
+            .env_remove("BERTH_NO_SERVER")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["create", "l", "--snapshot", "noop"]);
+    assert_eq!(run(&["exec", "l", "--", "echo one"]), "one\n");
+    let first = server_pid(h).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while h.join("berth.sock").exists() {
+        assert!(Instant::now() < deadline, "the idle server did not exit");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Gone, or a zombie nobody reaped yet.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{first}/stat")).unwrap_or_default();
+        let running = state
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_some_and(|s| s != "Z");
+        if !running {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the idle server still runs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(run(&["exec", "l", "--", "echo two"]), "two\n");
+    assert_ne!(server_pid(h).await, first);
+}
