@@ -1030,7 +1030,11 @@ async fn an_idle_server_exits_and_the_next_command_starts_another() {
             .args(args)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     run(&["create", "l", "--snapshot", "noop"]);
