@@ -697,13 +697,20 @@ async fn the_cli_says_the_same_through_the_server_and_in_process() {
     assert_ne!(seen[0][20].2, 0);
 }
 
-/// The server pid a home's CLI uses (started on demand).
+/// The server pid a home's CLI uses (started on demand; on a loaded
+/// machine it may still be coming up).
 async fn server_pid(home: &Path) -> i32 {
-    let v = Client::Unix(home.join("berth.sock"))
-        .get("/v1/version")
-        .await
-        .ok()
-        .json();
+    let socket = home.join("berth.sock");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::UnixStream::connect(&socket).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no server answers on {}",
+            socket.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v = Client::Unix(socket).get("/v1/version").await.ok().json();
     v["pid"].as_i64().unwrap() as i32
 }
 

@@ -20,7 +20,7 @@ fn main() -> std::process::ExitCode {
                 .with_filter(filter),
         )
         // `berth serve` hands the warnings of a request to its client.
-        .with(berth_server::WarningRelay.with_filter(tracing_subscriber::filter::LevelFilter::WARN))
+        .with(berth_server::WarningRelay.with_filter(berth_server::WarningRelay::filter()))
         .init();
     let args = commands::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

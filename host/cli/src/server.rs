@@ -67,6 +67,7 @@ pub fn parse_duration(s: &str) -> anyhow::Result<Option<Duration>> {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    SERVING.store(true, std::sync::atomic::Ordering::SeqCst);
     let home = crate::sandboxes::berth_home()?;
     let socket = args.socket.clone().unwrap_or_else(|| socket_path(&home));
     let mut limits = berth_server::Limits::default();
@@ -279,16 +280,36 @@ impl Remote {
 /// as the same command run in-process would have.
 fn relay_warnings(headers: &http::HeaderMap) {
     use base64::Engine;
-    let Some(value) = headers.get(berth_server::WARNINGS_HEADER) else {
-        return;
+    let lines = |header: &str| -> Vec<String> {
+        headers
+            .get(header)
+            .and_then(|v| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(v.as_bytes())
+                    .ok()
+            })
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
     };
-    let lines: Vec<String> = base64::engine::general_purpose::STANDARD
-        .decode(value.as_bytes())
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    for line in lines {
+    for line in lines(berth_server::NOTICES_HEADER) {
+        eprintln!("{line}");
+    }
+    for line in lines(berth_server::WARNINGS_HEADER) {
         tracing::warn!(target: "berth", "{line}");
+    }
+}
+
+/// Whether this process is `berth serve`: lines for the user then go to
+/// the client of the request at hand.
+static SERVING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says `line` to the user: on stderr, or, in `berth serve`, to the client
+/// whose request this is (which prints it on its stderr).
+pub fn say(line: &str) {
+    if SERVING.load(std::sync::atomic::Ordering::SeqCst) {
+        tracing::info!(target: "berth::notice", "{line}");
+    } else {
+        eprintln!("{line}");
     }
 }
 
@@ -350,7 +371,8 @@ async fn start_server(home: &Path, socket: &Path) -> anyhow::Result<()> {
         });
     }
     let mut child = command.spawn().context("starting `berth serve`")?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // A cold start of a large binary on a loaded machine can take a while.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         if tokio::net::UnixStream::connect(socket).await.is_ok() {
             // Reaped by nobody: it outlives this process.
@@ -364,7 +386,10 @@ async fn start_server(home: &Path, socket: &Path) -> anyhow::Result<()> {
             );
         }
         if std::time::Instant::now() > deadline {
-            bail!("`berth serve` did not answer within 10 s");
+            bail!(
+                "`berth serve` did not answer within 30 s; see {}",
+                home.join("server.log").display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -41,7 +41,7 @@ use berth::sandbox::NamedSandboxes;
 pub use api::*;
 pub use http::{BoxError, Reply, ReplyBody, RequestBody};
 pub use listen::{ServeError, Server};
-pub use notices::{WarningRelay, WARNINGS_HEADER};
+pub use notices::{WarningRelay, NOTICES_HEADER, NOTICE_TARGET, WARNINGS_HEADER};
 pub use openapi::openapi;
 
 use handlers::exec::Execs;
@@ -168,13 +168,19 @@ impl Api {
         let (parts, body) = request.into_parts();
         let path = parts.uri.path().to_string();
         let started = std::time::Instant::now();
-        let (mut reply, warnings) = notices::collecting(self.answer(&parts, body, &path)).await;
-        if !warnings.is_empty() {
+        let (mut reply, collected) = notices::collecting(self.answer(&parts, body, &path)).await;
+        for (header, lines) in [
+            (WARNINGS_HEADER, &collected.warnings),
+            (NOTICES_HEADER, &collected.notices),
+        ] {
+            if lines.is_empty() {
+                continue;
+            }
             use base64::Engine;
             let encoded = base64::engine::general_purpose::STANDARD
-                .encode(serde_json::to_vec(&warnings).unwrap_or_default());
+                .encode(serde_json::to_vec(lines).unwrap_or_default());
             if let Ok(value) = ::http::HeaderValue::from_str(&encoded) {
-                reply.headers_mut().insert(WARNINGS_HEADER, value);
+                reply.headers_mut().insert(header, value);
             }
         }
         tracing::debug!(

@@ -1,6 +1,8 @@
-//! Warnings the library logs while the API handles a request, relayed to
-//! the client that sent it (header `berth-warnings`), so a command run
-//! through a server says what the same command run in-process would.
+//! Warnings the library logs while the API handles a request, and lines a
+//! program serving the API addresses to the user (target
+//! [`NOTICE_TARGET`]: an image pulled, …), relayed to the client that sent
+//! the request (headers `berth-warnings`, `berth-notices`), so a command
+//! run through a server says what the same command run in-process would.
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -13,49 +15,82 @@ use tracing_subscriber::layer::Context;
 /// lines (`TARGET: MESSAGE field=value …`).
 pub const WARNINGS_HEADER: &str = "berth-warnings";
 
-tokio::task_local! {
-    static NOTICES: RefCell<Vec<String>>;
+/// The reply header carrying a request's notices: a base64 JSON array of
+/// lines for the user, printed as they are.
+pub const NOTICES_HEADER: &str = "berth-notices";
+
+/// The `tracing` target of lines for the user (logged at INFO): relayed as
+/// notices by [`WarningRelay`].
+pub const NOTICE_TARGET: &str = "berth::notice";
+
+/// What a request's task logged for its client.
+#[derive(Debug, Default)]
+pub(crate) struct Collected {
+    pub(crate) warnings: Vec<String>,
+    pub(crate) notices: Vec<String>,
 }
 
-/// Runs `f`, collecting the warnings logged on its task while it runs.
-pub(crate) async fn collecting<F: Future>(f: F) -> (F::Output, Vec<String>) {
-    NOTICES
-        .scope(RefCell::new(Vec::new()), async move {
+tokio::task_local! {
+    static COLLECTED: RefCell<Collected>;
+}
+
+/// Runs `f`, collecting the warnings and notices logged on its task while
+/// it runs.
+pub(crate) async fn collecting<F: Future>(f: F) -> (F::Output, Collected) {
+    COLLECTED
+        .scope(RefCell::new(Collected::default()), async move {
             let out = f.await;
-            let notes = NOTICES.with(|n| n.take());
-            (out, notes)
+            let collected = COLLECTED.with(|c| c.take());
+            (out, collected)
         })
         .await
 }
 
-/// A `tracing` layer that hands each WARN or ERROR event logged while the
-/// API handles a request to that request's reply. Add it (filtered to
-/// WARN) to the subscriber of a process that serves the API; elsewhere it
-/// does nothing.
+/// A `tracing` layer that hands each WARN or ERROR event, and each event
+/// of target [`NOTICE_TARGET`], logged while the API handles a request to
+/// that request's reply. Add it (with [`WarningRelay::filter`]) to the
+/// subscriber of a process that serves the API; elsewhere it does nothing.
 ///
 /// ```
 /// use tracing_subscriber::prelude::*;
 /// tracing_subscriber::registry()
-///     .with(berth_server::WarningRelay.with_filter(tracing_subscriber::filter::LevelFilter::WARN))
+///     .with(berth_server::WarningRelay.with_filter(berth_server::WarningRelay::filter()))
 ///     .init();
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WarningRelay;
 
+impl WarningRelay {
+    /// The events it needs: WARN and above, and notices.
+    pub fn filter() -> tracing_subscriber::filter::FilterFn {
+        tracing_subscriber::filter::FilterFn::new(|m: &tracing::Metadata<'_>| {
+            *m.level() <= tracing::Level::WARN || m.target() == NOTICE_TARGET
+        })
+    }
+}
+
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarningRelay {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if *event.metadata().level() > tracing::Level::WARN {
+        let meta = event.metadata();
+        let notice = meta.target() == NOTICE_TARGET;
+        if !notice && *meta.level() > tracing::Level::WARN {
             return;
         }
         let mut line = Line::default();
         event.record(&mut line);
-        let text = format!(
-            "{}: {}{}",
-            event.metadata().target(),
-            line.message,
-            line.fields
-        );
-        let _ = NOTICES.try_with(|n| n.borrow_mut().push(text));
+        let _ = COLLECTED.try_with(|c| {
+            let mut c = c.borrow_mut();
+            if notice {
+                c.notices.push(line.message);
+            } else {
+                c.warnings.push(format!(
+                    "{}: {}{}",
+                    meta.target(),
+                    line.message,
+                    line.fields
+                ));
+            }
+        });
     }
 }
 

@@ -98,14 +98,14 @@ fn pull_progress() -> PullProgress {
             if let Some(bar) = bar.get() {
                 bar.finish_and_clear();
             }
-            eprintln!(
+            crate::server::say(&format!(
                 "pulled {}: {} layer{}, {:.1} MiB in {:.1} s",
                 status.image,
                 status.layers,
                 if status.layers == 1 { "" } else { "s" },
                 mib(status.bytes_done),
                 started.elapsed().as_secs_f64()
-            );
+            ));
             return;
         }
         if !terminal {
