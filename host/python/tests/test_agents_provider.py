@@ -22,6 +22,8 @@ from agents.sandbox.errors import InvalidManifestPathError, WorkspaceReadNotFoun
 
 from berth_agents import BerthSandboxClient, BerthSandboxClientOptions
 
+from tests import find_key
+
 IMAGE = os.environ.get("BERTH_TEST_IMAGE", "berth-test:busybox")
 HERE = Path(__file__).resolve().parent.parent
 
@@ -126,7 +128,7 @@ class AgentsProviderTest(unittest.TestCase):
         await session.stop()
         saved = client.serialize_session_state(session.state)
         record = client.berth.sandbox(session.state.sandbox_name).inspect()
-        container = _find(record["state"], "container_id")
+        container = find_key(record["state"], "container_id")
         self.assertTrue(container)
         subprocess.run(["docker", "rm", "-f", container], check=True, capture_output=True)
 
@@ -157,17 +159,6 @@ async def _read(session, path):
         f.close()
 
 
-def _find(value, key):
-    if isinstance(value, dict):
-        if key in value:
-            return value[key]
-        value = list(value.values())
-    if isinstance(value, list):
-        for v in value:
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
 
 
 if __name__ == "__main__":

@@ -13,21 +13,11 @@ import uuid
 
 from berth_client import Berth, Conflict, NotFound, PathRefused
 
+from tests import find_key
+
 IMAGE = os.environ.get("BERTH_TEST_IMAGE", "berth-test:busybox")
 
 
-def _find(value, key):
-    """The first value of ``key`` anywhere in a JSON document."""
-    if isinstance(value, dict):
-        if key in value:
-            return value[key]
-        value = list(value.values())
-    if isinstance(value, list):
-        for v in value:
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
 
 
 class ClientTest(unittest.TestCase):
@@ -172,7 +162,7 @@ class ClientTest(unittest.TestCase):
         self.box.files.write("kept.txt", b"survives\n")
         self.box.stop()
         record = self.box.inspect()
-        container = _find(record["state"], "container_id")
+        container = find_key(record["state"], "container_id")
         os.system(f"docker rm -f {container} > /dev/null 2>&1")
         # Transparent resume: the next command restores the workspace.
         self.assertEqual(self.box.exec("cat kept.txt").stdout, "survives\n")

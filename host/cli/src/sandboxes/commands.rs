@@ -82,11 +82,17 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         return Ok(exit_code(result.exit_code));
     }
     let process = sandbox.exec_stream(request).await?;
-    if args.interactive {
+    run_streamed(process, args.interactive).await
+}
+
+/// Relays a streamed command here (this program's stdin to it when
+/// `interactive`) and returns its exit code as berth's.
+async fn run_streamed(process: ExecProcess, interactive: bool) -> anyhow::Result<ExitCode> {
+    if interactive {
         tokio::spawn(pump_stdin(process.input()));
     }
     let exit = relay(process).await?;
-    if args.interactive {
+    if interactive {
         // The stdin reader may still be blocked in a read no runtime can
         // cancel: leave without waiting for it.
         std::process::exit(exit.exit_code.clamp(0, 255));
@@ -140,14 +146,7 @@ async fn exec_through(remote: &Remote, args: ExecArgs) -> anyhow::Result<ExitCod
     }
     let process =
         through_server::process(remote, Method::POST, &format!("{path}/exec"), Some(body)).await?;
-    if args.interactive {
-        tokio::spawn(pump_stdin(process.input()));
-    }
-    let exit = relay(process).await?;
-    if args.interactive {
-        std::process::exit(exit.exit_code.clamp(0, 255));
-    }
-    Ok(exit_code(exit.exit_code))
+    run_streamed(process, args.interactive).await
 }
 
 fn exit_code(code: i32) -> ExitCode {

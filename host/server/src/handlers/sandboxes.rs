@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use berth::backend::docker::DockerOptions;
 use berth::backend::local::LocalOptions;
-use berth::sandbox::{BackendSpec, NamedSandbox, SandboxSpec, SnapshotSpec, StartBranch};
+use berth::sandbox::{
+    BackendSpec, NamedSandbox, Sandbox, SandboxSpec, SnapshotSpec, StartBranch, StateLock,
+};
 use berth::WorkspaceSpec;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -252,18 +254,39 @@ pub(crate) fn remove(inner: Arc<Inner>, call: Call) -> Answer {
     .boxed()
 }
 
+/// `name` resumed afresh for a lifecycle change, as the in-process CLI
+/// does: its lock held (returned), the server's open copy forgotten.
+async fn resumed(
+    inner: &Inner,
+    name: &str,
+) -> Result<(StateLock, NamedSandbox, Sandbox), ApiError> {
+    let named = inner.open.named();
+    let lock = named.lock(name).await?;
+    inner.open.forget(name);
+    let r = named.load(name)?;
+    let sandbox = named.resume(&r, |_| {}).await?;
+    Ok((lock, r, sandbox))
+}
+
+/// Saves what `sandbox` now is into its record, whether `result` is a
+/// success or not (what a failed change made stays reachable), then
+/// returns `result`.
+fn saved<T>(
+    inner: &Inner,
+    r: &mut NamedSandbox,
+    sandbox: &Sandbox,
+    result: Result<T, berth::SandboxError>,
+) -> Result<T, ApiError> {
+    r.state = sandbox.state();
+    inner.open.named().save(r)?;
+    Ok(result?)
+}
+
 pub(crate) fn start(inner: Arc<Inner>, call: Call) -> Answer {
     async move {
-        let name = call.param(0).to_string();
-        let named = inner.open.named();
-        let _lock = named.lock(&name).await?;
-        inner.open.forget(&name);
-        let mut r = named.load(&name)?;
-        let mut sandbox = named.resume(&r, |_| {}).await?;
+        let (_lock, mut r, mut sandbox) = resumed(&inner, call.param(0)).await?;
         let result = sandbox.start().await;
-        r.state = sandbox.state();
-        named.save(&r)?;
-        let branch = result?;
+        let branch = saved(&inner, &mut r, &sandbox, result)?;
         let lost = sandbox
             .background_not_restored()
             .iter()
@@ -290,19 +313,12 @@ pub(crate) fn start(inner: Arc<Inner>, call: Call) -> Answer {
 
 pub(crate) fn stop(inner: Arc<Inner>, call: Call) -> Answer {
     async move {
-        let name = call.param(0).to_string();
-        let named = inner.open.named();
-        let _lock = named.lock(&name).await?;
-        inner.open.forget(&name);
-        let mut r = named.load(&name)?;
-        let mut sandbox = named.resume(&r, |_| {}).await?;
+        let (_lock, mut r, mut sandbox) = resumed(&inner, call.param(0)).await?;
         let result = match sandbox.attach().await {
             Ok(_) => sandbox.stop().await,
             Err(e) => Err(e),
         };
-        r.state = sandbox.state();
-        named.save(&r)?;
-        result?;
+        saved(&inner, &mut r, &sandbox, result)?;
         Ok(json_reply(&record(&r)))
     }
     .boxed()
@@ -346,16 +362,9 @@ pub(crate) fn fork(inner: Arc<Inner>, call: Call) -> Answer {
 
 pub(crate) fn shutdown(inner: Arc<Inner>, call: Call) -> Answer {
     async move {
-        let name = call.param(0).to_string();
-        let named = inner.open.named();
-        let _lock = named.lock(&name).await?;
-        inner.open.forget(&name);
-        let mut r = named.load(&name)?;
-        let mut sandbox = named.resume(&r, |_| {}).await?;
+        let (_lock, mut r, mut sandbox) = resumed(&inner, call.param(0)).await?;
         let result = sandbox.shutdown().await;
-        r.state = sandbox.state();
-        named.save(&r)?;
-        result?;
+        saved(&inner, &mut r, &sandbox, result)?;
         Ok(json_reply(&record(&r)))
     }
     .boxed()
