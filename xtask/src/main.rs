@@ -18,6 +18,7 @@ mod guests;
 mod lint;
 mod process;
 mod python;
+mod swarm;
 
 use anyhow::{bail, Result};
 
@@ -28,6 +29,7 @@ use garage::garage_setup;
 use guests::{build_guests, build_rust_guests};
 use lint::lint;
 use process::{output, run};
+use swarm::swarm_setup;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -121,10 +123,13 @@ fn setup(root: &Path) -> Result<()> {
         }
         Err(e) => eprintln!("xtask: warning: no Garage cluster ({e:#}); S3 tests will be skipped"),
     }
-    match docker_setup().and_then(|()| engines_setup()) {
+    match docker_setup()
+        .and_then(|()| engines_setup())
+        .and_then(|()| swarm_setup())
+    {
         Ok(()) => Ok(()),
         Err(e) if docker_required() => Err(e.context(
-            "Docker engines and a registry are required (CI or BERTH_REQUIRE_DOCKER is set) but could not be set up",
+            "Docker engines, a registry and a swarm are required (CI or BERTH_REQUIRE_DOCKER is set) but could not be set up",
         )),
         Err(e) => {
             eprintln!("xtask: warning: no Docker engines ({e:#}); Docker tests will be skipped");

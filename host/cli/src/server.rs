@@ -66,6 +66,15 @@ pub fn parse_duration(s: &str) -> anyhow::Result<Option<Duration>> {
     Ok((secs > 0.0).then(|| Duration::from_secs_f64(secs)))
 }
 
+/// [`parse_duration`] for clap: a positive duration.
+pub fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    match parse_duration(s) {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) => Err(format!("{s:?} is zero; give a positive duration (30s, 2m)")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     SERVING.store(true, std::sync::atomic::Ordering::SeqCst);
     let home = crate::sandboxes::berth_home()?;

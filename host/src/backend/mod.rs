@@ -160,6 +160,34 @@ pub enum BackendError {
         /// What is wrong.
         message: String,
     },
+    /// The sandbox's instance is no longer the one its scheduler wants
+    /// running (a swarm rescheduled its task after a node loss): it is
+    /// never used or persisted. The next command resumes the sandbox where
+    /// the scheduler placed it.
+    #[error("{backend}: {instance} is stale: {message}")]
+    Stale {
+        /// Which backend.
+        backend: &'static str,
+        /// The stale instance (a task, a container).
+        instance: String,
+        /// What replaced it and what to do.
+        message: String,
+    },
+    /// A scheduler did not run the sandbox in time; nothing is left
+    /// behind when the sandbox was being created.
+    #[error("{backend}: {what} did not run within {seconds} s; it is {state}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Placement {
+        /// Which backend.
+        backend: &'static str,
+        /// What was to run (a service).
+        what: String,
+        /// Its state as the scheduler says it (`pending`).
+        state: String,
+        /// The scheduler's reason, if it gave one.
+        reason: Option<String>,
+        /// How long Berth waited.
+        seconds: u64,
+    },
     /// The backend cannot do this (here, or at all); says why and what to
     /// do instead.
     #[error("{backend} cannot {what}: {why}")]

@@ -45,6 +45,14 @@ pub trait BackendOptions: Send + std::fmt::Debug {
     /// The kind of backend these options make (the state's `type`).
     fn kind(&self) -> &str;
 
+    /// Whether the sandbox may start on another host than the one that
+    /// stopped it (a scheduler places it), so its snapshot must be one
+    /// every host reads: a local snapshot is refused at create. By
+    /// default, no.
+    fn needs_portable_snapshot(&self) -> bool {
+        false
+    }
+
     /// Makes the backend (connecting to its service, creating nothing
     /// yet: [`Backend::ensure_running`] does that at start).
     async fn create(
@@ -159,6 +167,16 @@ impl BackendSpec {
         BackendSpec::new(super::local::LocalOptions::default())
     }
 
+    /// The kind and whether it needs a portable snapshot (see
+    /// [`BackendOptions::needs_portable_snapshot`]); `None` for a backend
+    /// the embedder built.
+    pub(crate) fn needs_portable_snapshot(&self) -> Option<(&str, bool)> {
+        match &self.0 {
+            Choice::Options(o) => Some((o.kind(), o.needs_portable_snapshot())),
+            Choice::Built(_) => None,
+        }
+    }
+
     /// The backend, made for `context`.
     pub(crate) async fn build(
         self,
@@ -194,12 +212,16 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    /// Local and, with the `docker` feature, Docker.
+    /// Local and, with the `docker` feature, Docker and swarm.
     pub(crate) fn with_defaults() -> Self {
         let mut registry = Registry::default();
         registry.register(std::sync::Arc::new(super::local::LocalProvider));
         #[cfg(feature = "docker")]
         registry.register(std::sync::Arc::new(super::docker::DockerProvider::default()));
+        #[cfg(feature = "docker")]
+        registry.register(std::sync::Arc::new(
+            super::docker::swarm::SwarmProvider::default(),
+        ));
         registry
     }
 

@@ -418,6 +418,14 @@ impl SandboxClient {
             options.spool_dir.as_deref(),
         )
         .await?;
+        if let Some((kind, true)) = backend.needs_portable_snapshot() {
+            if !snap.portable() {
+                return Err(SandboxError::NeedsSharedStore {
+                    backend: kind.to_string(),
+                    kind: snap.kind().to_string(),
+                });
+            }
+        }
         let bind_mounts = workspace.bind_mounts()?;
         let backend = backend
             .build(&CreateContext {

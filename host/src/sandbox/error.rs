@@ -192,6 +192,16 @@ pub enum SandboxError {
         /// What happened.
         reason: String,
     },
+    /// A backend that places sandboxes on any of several hosts (the
+    /// swarm) was given a snapshot only one host can read; nothing was
+    /// created.
+    #[error("the {backend} backend may start the sandbox on any node, so its snapshot must be kept where every node reads it; a {kind} snapshot is kept on this host only: use a shared store, such as a remote snapshot plugin (--snapshot remote:MANIFEST, the s3-store)")]
+    NeedsSharedStore {
+        /// The backend's kind.
+        backend: String,
+        /// The snapshot's kind.
+        kind: String,
+    },
     /// A sandbox cannot move because its snapshot is kept where only this
     /// host can read it (a local directory) or nowhere (noop); nothing was
     /// changed.

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
+use berth::backend::docker::swarm::SwarmOptions;
 use berth::backend::docker::{DockerOptions, PullPolicy};
 use berth::backend::local::LocalOptions;
 use berth::sandbox::{BackendSpec, SandboxSpec, SnapshotSpec};
@@ -38,8 +39,10 @@ pub struct CreateArgs {
     /// --snapshot-generation K` restores an older one.
     #[arg(long, default_value_t = 1, requires = "dedup")]
     keep: u32,
-    /// Backend: local (not isolated) or docker.
-    #[arg(long, default_value = "local", value_parser = ["local", "docker"])]
+    /// Backend: local (not isolated), docker, or swarm (placed by a
+    /// Docker swarm across its nodes; --engine names a manager, and the
+    /// snapshot must be a shared store).
+    #[arg(long, default_value = "local", value_parser = ["local", "docker", "swarm"])]
     backend: String,
     /// Host directory for the workspace (local backend).
     #[arg(long)]
@@ -67,6 +70,23 @@ pub struct CreateArgs {
     /// CPU limit, e.g. 1.5 (docker backend).
     #[arg(long)]
     cpus: Option<f64>,
+    /// A placement constraint (swarm backend; repeatable), as `docker
+    /// service create --constraint` takes it: node.labels.pool==gpu.
+    #[arg(long = "constraint")]
+    constraints: Vec<String>,
+    /// Memory the swarm reserves on the node, e.g. 2GiB (swarm backend).
+    #[arg(long, value_parser = crate::plugin::parse_size_arg)]
+    reserve_memory: Option<u64>,
+    /// CPUs the swarm reserves on the node, e.g. 0.5 (swarm backend).
+    #[arg(long)]
+    reserve_cpus: Option<f64>,
+    /// Pids limit (swarm backend; default 1024).
+    #[arg(long)]
+    pids_limit: Option<i64>,
+    /// How long a start waits for the swarm to run the sandbox, e.g. 60s
+    /// or 2m (swarm backend; default 60s).
+    #[arg(long, value_parser = crate::server::parse_duration_arg)]
+    placement_timeout: Option<std::time::Duration>,
     /// Network mode (docker backend; default none).
     #[arg(long)]
     network: Option<String>,
@@ -171,13 +191,48 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             }
             BackendSpec::new(o.pull_progress(pull_progress()))
         }
+        berth::backend::docker::swarm::KIND => {
+            let manager = args.engine.clone().context(
+                "--backend swarm needs --engine MANAGER: a swarm manager's endpoint or Docker context",
+            )?;
+            let image = args.image.clone().context("--backend swarm needs --image")?;
+            if args.container.is_some() || !args.run_args.is_empty() || !args.expose.is_empty() {
+                bail!("--container, --run-arg and --expose are docker-backend options; a swarm sandbox takes --memory, --cpus, --pids-limit, --reserve-memory, --reserve-cpus, --constraint and --network");
+            }
+            let mut o = SwarmOptions::new(manager, image).agent(!args.no_agent);
+            if let Some(m) = args.memory {
+                o = o.memory(m as i64);
+            }
+            if let Some(c) = args.cpus {
+                o = o.cpus(c);
+            }
+            if let Some(p) = args.pids_limit {
+                o = o.pids_limit(p);
+            }
+            if let Some(m) = args.reserve_memory {
+                o = o.reserve_memory(m as i64);
+            }
+            if let Some(c) = args.reserve_cpus {
+                o = o.reserve_cpus(c);
+            }
+            for c in &args.constraints {
+                o = o.constraint(c.clone());
+            }
+            if let Some(n) = args.network.as_deref().filter(|n| *n != "none") {
+                o = o.network(n);
+            }
+            if let Some(t) = args.placement_timeout {
+                o = o.placement_timeout(t);
+            }
+            BackendSpec::new(o.placement_progress(placement_progress()))
+        }
         berth::backend::local::KIND => {
             if args.image.is_some()
                 || args.container.is_some()
                 || !args.run_args.is_empty()
                 || args.engine.is_some()
             {
-                bail!("--image, --engine, --container and --run-arg need --backend docker");
+                bail!("--image, --engine, --container and --run-arg need --backend docker (or swarm)");
             }
             let mut local = LocalOptions::default();
             if let Some(d) = &args.root_dir {
@@ -211,7 +266,25 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     };
     // Saved even when start failed: what start made (a container) stays
     // known, so `berth start` can retry and `berth rm` can clean it up.
-    save(&home, &saved)?;
+    // A placement that failed left nothing behind (the backend removed
+    // what it made): nothing to remember either.
+    let placement_failed = matches!(
+        &started,
+        Err(berth::SandboxError::Backend(
+            berth::BackendError::Placement { .. }
+        ))
+    );
+    if !placement_failed {
+        save(&home, &saved)?;
+    }
+    if placement_failed {
+        if let Err(e) = started {
+            return Err(anyhow::Error::new(e).context(format!(
+                "{} was not created: the swarm could not place it, and nothing was left behind",
+                args.name
+            )));
+        }
+    }
     if let Err(e) = started {
         return Err(anyhow::Error::new(e).context(format!(
             "{} was created but did not start; `berth start {}` retries, `berth rm {}` removes it",

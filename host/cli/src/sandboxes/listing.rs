@@ -26,6 +26,7 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
         "READY",
         "SNAPSHOT ID",
         "WHERE",
+        "NODE",
         "ORPHANS",
     ]);
     let client = client(&home);
@@ -59,6 +60,9 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
             r.state.snapshot.id.to_string(),
             summary(&r.state.backend)
                 .location
+                .unwrap_or_else(|| "-".into()),
+            summary(&r.state.backend)
+                .node
                 .unwrap_or_else(|| "-".into()),
             if orphans.is_empty() {
                 "-".to_string()

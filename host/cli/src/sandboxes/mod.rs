@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
+use berth::backend::docker::swarm::{PlacementProgress, SwarmProvider};
 use berth::backend::docker::{DockerProvider, PullProgress};
 use berth::sandbox::{
     NamedSandboxes, Progress, Sandbox, SandboxClient, SandboxOptions, SnapshotSpec, StateLock,
@@ -82,7 +83,48 @@ fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxO
 fn client(home: &Path) -> SandboxClient {
     SandboxClient::builder(home)
         .backend_provider(DockerProvider::default().pull_progress(pull_progress()))
+        .backend_provider(SwarmProvider::default().placement_progress(placement_progress()))
         .build()
+}
+
+/// How a swarm placement goes, on stderr: a spinner with the task's state
+/// on a terminal; a line when a wait took long enough to be noticed.
+fn placement_progress() -> PlacementProgress {
+    use std::io::IsTerminal;
+    let terminal = std::io::stderr().is_terminal();
+    let spinner = std::sync::OnceLock::<indicatif::ProgressBar>::new();
+    // From the first report of a wait: a task found running at once says
+    // nothing.
+    let waiting = std::sync::OnceLock::<std::time::Instant>::new();
+    PlacementProgress(std::sync::Arc::new(move |status| {
+        let text = match &status.message {
+            Some(m) => format!("{}: {} ({m})", status.service, status.state),
+            None => format!("{}: {}", status.service, status.state),
+        };
+        if status.finished {
+            if let Some(s) = spinner.get() {
+                s.finish_and_clear();
+            }
+            let waited = waiting.get().map_or(0.0, |w| w.elapsed().as_secs_f64());
+            if waited >= 2.0 && status.state == "running" {
+                crate::server::say(&format!(
+                    "{} running after {waited:.1} s of placement",
+                    status.service
+                ));
+            }
+            return;
+        }
+        waiting.get_or_init(std::time::Instant::now);
+        if !terminal {
+            return;
+        }
+        let s = spinner.get_or_init(|| {
+            let s = indicatif::ProgressBar::new_spinner();
+            s.enable_steady_tick(std::time::Duration::from_millis(120));
+            s
+        });
+        s.set_message(format!("waiting for the swarm: {text}"));
+    }))
 }
 
 /// How an image pull goes, on stderr: a bar of layers and bytes on a

@@ -187,7 +187,7 @@ pub(crate) fn resolve(
 }
 
 /// What went wrong under an error, as one line of its causes.
-fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

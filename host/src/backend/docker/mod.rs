@@ -24,6 +24,7 @@ mod moving;
 mod options;
 mod pull;
 pub mod run_args;
+pub mod swarm;
 
 pub use options::{DockerMount, DockerOptions, DockerProvider, DockerState, EngineChoice};
 pub use pull::{PullPolicy, PullProgress, PullProgressFn, PullStatus};
