@@ -1,6 +1,7 @@
 //! Shared helpers for Berth's integration tests: where the compiled guest
 //! components and the `berth` binary are, and scratch grants for plugins.
 
+pub mod swarm_fixture;
 pub mod workspace_gen;
 
 use std::path::{Path, PathBuf};

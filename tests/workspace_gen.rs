@@ -116,7 +116,7 @@ pub fn script(seed: u64, max_file: u64) -> String {
         let target = files[rng.gen_range(0..files.len())].clone();
         let dir = dirs[rng.gen_range(0..dirs.len())].clone();
         let link = fresh_name(&mut rng, &mut taken, &dir);
-        out.push(format!("ln {} {}", quote(&target), quote(&link)));
+        out.push(format!("ln -- {} {}", quote(&target), quote(&link)));
     }
     for _ in 0..rng.gen_range(0..5) {
         let dir = dirs[rng.gen_range(0..dirs.len())].clone();
@@ -130,7 +130,7 @@ pub fn script(seed: u64, max_file: u64) -> String {
             1 => "/etc/passwd".to_string(),
             _ => "nowhere/at all".to_string(),
         };
-        out.push(format!("ln -s {} {}", quote(&target), quote(&link)));
+        out.push(format!("ln -s -- {} {}", quote(&target), quote(&link)));
     }
     for f in &files {
         out.push(format!(

@@ -61,6 +61,15 @@ pub trait BackendUnderTest: Send + Sync {
         None
     }
 
+    /// The snapshot the suite's sandboxes persist into. By default, a local
+    /// snapshot under `home`; a backend that starts sandboxes on other
+    /// hosts needs a shared store.
+    fn snapshot(&self, home: &Path) -> SnapshotSpec {
+        SnapshotSpec::Local {
+            base_dir: home.join("snapshots"),
+        }
+    }
+
     /// The disasters this backend can suffer (each gets a clause).
     fn disasters(&self) -> Vec<Disaster>;
 
@@ -170,9 +179,11 @@ struct Suite<'a> {
     home: PathBuf,
 }
 
-/// Lists the workspace: every path with its type and mode, and every
-/// regular file's checksum and size (busybox and coreutils alike).
-const LISTING: &str = "find . ! -name . | sort | while read -r p; do \
+/// A shell command listing the workspace (run in its root): every path
+/// with its type and mode, and every regular file's checksum and size
+/// (busybox and coreutils alike). Two listings are equal when the
+/// workspaces are.
+pub const WORKSPACE_LISTING: &str = "find . ! -name . | sort | while read -r p; do \
     if [ -L \"$p\" ]; then echo \"$p link $(readlink \"$p\")\"; \
     elif [ -d \"$p\" ]; then echo \"$p dir $(stat -c %a \"$p\")\"; \
     else echo \"$p file $(stat -c '%a %s' \"$p\") $(cksum < \"$p\")\"; fi; done";
@@ -213,9 +224,7 @@ impl Suite<'_> {
 
     async fn create(&self, client: &SandboxClient) -> Result<Sandbox, String> {
         let spec = SandboxSpec::new(Self::workspace()?)
-            .snapshot(SnapshotSpec::Local {
-                base_dir: self.home.join("snapshots"),
-            })
+            .snapshot(self.backend.snapshot(&self.home))
             .backend(self.backend.spec());
         client.create(spec).await.map_err(|e| chain("create", &e))
     }
@@ -282,12 +291,12 @@ impl Suite<'_> {
     async fn restore_is_identical(&self) -> Result<String, String> {
         self.on_fresh(async |sb: &mut Sandbox| {
             run(sb, POPULATE).await?;
-            let before = run(sb, LISTING).await?;
+            let before = run(sb, WORKSPACE_LISTING).await?;
             sb.stop().await.map_err(|e| chain("stop", &e))?;
             sb.shutdown().await.map_err(|e| chain("shutdown", &e))?;
             let mut again = self.resume(&sb.state()).await?;
             let branch = Self::start(&mut again, RESTORED).await;
-            let after = run(&again, LISTING).await;
+            let after = run(&again, WORKSPACE_LISTING).await;
             *sb = again;
             branch?;
             let after = after?;
@@ -584,7 +593,7 @@ impl Suite<'_> {
     async fn round_trip_after(&self, disaster: Disaster) -> Result<String, String> {
         self.on_fresh(async |sb: &mut Sandbox| {
             run(sb, POPULATE).await?;
-            let before = run(sb, LISTING).await?;
+            let before = run(sb, WORKSPACE_LISTING).await?;
             sb.stop().await.map_err(|e| chain("stop", &e))?;
             let state = sb.state();
             self.backend.inflict(disaster, &state).await?;
@@ -600,7 +609,7 @@ impl Suite<'_> {
                 ],
             )
             .await;
-            let after = run(&again, LISTING).await;
+            let after = run(&again, WORKSPACE_LISTING).await;
             let task = expect_out(&again, "cat task.md cache/token", "the task\nephemeral\n").await;
             *sb = again;
             let branch = branch?;

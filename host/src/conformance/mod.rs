@@ -13,7 +13,7 @@ pub mod pattern;
 mod remote;
 mod snapshot;
 
-pub use backend::{check_backend, BackendUnderTest, Disaster};
+pub use backend::{check_backend, BackendUnderTest, Disaster, WORKSPACE_LISTING};
 pub use remote::check_remote_client;
 pub use snapshot::{check_snapshot, OpenSnapshot};
 

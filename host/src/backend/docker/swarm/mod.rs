@@ -40,6 +40,8 @@ pub use options::{
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use bollard::models::ContainerStateStatusEnum;
+
 use super::{DockerBackend, DockerState, PullPolicy};
 use crate::backend::{
     ArchiveStream, Backend, BackendError, BackendState, ExecProcess, ExecRequest, Provisioned,
@@ -67,7 +69,7 @@ pub struct SwarmBackend {
     /// The manager that last answered.
     manager: tokio::sync::Mutex<Option<Manager>>,
     /// The recorded task's container, on its node's engine, once reached.
-    container: Option<DockerBackend>,
+    container: tokio::sync::OnceCell<DockerBackend>,
 }
 
 impl SwarmBackend {
@@ -89,7 +91,7 @@ impl SwarmBackend {
             session_id: session_id.to_string(),
             progress,
             manager: tokio::sync::Mutex::new(None),
-            container: None,
+            container: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -254,6 +256,26 @@ impl SwarmBackend {
             }
             Err(e) => return Err(e),
         };
+        // The swarm starts and replaces task containers; Berth only thaws
+        // one it froze. A container gone or exited behind the swarm's back
+        // is replaced by the swarm once it notices: wait for that.
+        let status = backend
+            .find_container()
+            .await?
+            .and_then(|info| info.state)
+            .and_then(|state| state.status);
+        match status {
+            Some(ContainerStateStatusEnum::RUNNING) | Some(ContainerStateStatusEnum::PAUSED) => {}
+            other => {
+                return Ok(Err((
+                    "replacing its container".into(),
+                    Some(format!(
+                        "task {task_id}'s container on node {node_name} is {}; the swarm starts another task",
+                        other.map_or("gone".to_string(), |s| s.to_string())
+                    )),
+                )))
+            }
+        }
         backend.ensure_running().await?;
         let same = recorded == Some(task_id.as_str());
         if !same {
@@ -277,7 +299,7 @@ impl SwarmBackend {
             self.state.history.drain(..excess);
             self.state.current = Some(record);
         }
-        self.container = Some(backend);
+        self.container = tokio::sync::OnceCell::new_with(Some(backend));
         Ok(Ok(if same {
             Provisioned::Existing
         } else {
@@ -352,13 +374,12 @@ impl SwarmBackend {
         Ok(backend)
     }
 
-    /// Whether the recorded task is still the one the swarm wants running.
+    /// The recorded task's container, once the swarm says it is still
+    /// the one it wants running.
     async fn fence(&self) -> Result<&DockerBackend, BackendError> {
-        let (Some(current), Some(container), Some(service_id)) = (
-            self.state.current.as_ref(),
-            self.container.as_ref(),
-            self.state.service_id.clone(),
-        ) else {
+        let (Some(current), Some(service_id)) =
+            (self.state.current.as_ref(), self.state.service_id.clone())
+        else {
             return Err(BackendError::Operation {
                 backend: BACKEND,
                 operation: "reaching the sandbox",
@@ -375,7 +396,10 @@ impl SwarmBackend {
             t.id.as_deref() == Some(current.task.as_str()) && manager::task_container(t).is_some()
         });
         if still {
-            return Ok(container);
+            return self
+                .container
+                .get_or_try_init(|| self.reach(&current.engine, &current.container, &current.node))
+                .await;
         }
         let now = tasks
             .first()
@@ -430,7 +454,7 @@ fn now_rfc3339() -> String {
 #[async_trait::async_trait]
 impl Backend for SwarmBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
-        self.container = None;
+        self.container = tokio::sync::OnceCell::new();
         if let Ok(managers) = self.with_manager(|m| async move { m.managers().await }).await {
             self.state.managers = managers;
         }
@@ -457,6 +481,9 @@ impl Backend for SwarmBackend {
     }
 
     async fn instance_id(&self) -> Result<Option<String>, BackendError> {
+        if self.state.current.is_none() {
+            return Ok(None);
+        }
         match self.fence().await {
             Ok(_) => Ok(self.state.current.as_ref().map(|t| t.task.clone())),
             // The lineage compares this with the task the workspace was set
@@ -470,9 +497,8 @@ impl Backend for SwarmBackend {
         match self.fence().await {
             Ok(_) => Ok(true),
             Err(BackendError::Stale { .. }) => Ok(false),
-            Err(e) if self.container.is_none() => {
+            Err(_) if self.state.current.is_none() => {
                 let name = self.state.service_name.clone();
-                let _ = e;
                 Ok(self
                     .with_manager(|m| {
                         let name = name.clone();
@@ -490,11 +516,11 @@ impl Backend for SwarmBackend {
     }
 
     fn thaw_detached(&self) -> Option<Box<dyn FnOnce() + Send>> {
-        self.container.as_ref()?.thaw_detached()
+        self.container.get()?.thaw_detached()
     }
 
     async fn thaw(&self) -> Result<(), BackendError> {
-        match &self.container {
+        match self.container.get() {
             Some(c) => c.thaw().await,
             None => Ok(()),
         }
@@ -506,7 +532,7 @@ impl Backend for SwarmBackend {
 
     async fn prepare_root(&mut self) -> Result<(), BackendError> {
         self.fence().await?;
-        match self.container.as_mut() {
+        match self.container.get_mut() {
             Some(c) => c.prepare_root().await,
             None => Ok(()),
         }
@@ -533,11 +559,11 @@ impl Backend for SwarmBackend {
     }
 
     fn staging_dir(&self) -> Option<String> {
-        self.container.as_ref()?.staging_dir()
+        self.container.get()?.staging_dir()
     }
 
     async fn finish_staging(&self, dir: &str, commit: bool) -> Result<(), BackendError> {
-        match &self.container {
+        match self.container.get() {
             Some(c) => c.finish_staging(dir, commit).await,
             None => Ok(()),
         }
@@ -553,7 +579,7 @@ impl Backend for SwarmBackend {
         tracing::info!(service = %name, "service removed");
         self.state.service_id = None;
         self.state.current = None;
-        self.container = None;
+        self.container = tokio::sync::OnceCell::new();
         Ok(())
     }
 

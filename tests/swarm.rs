@@ -1,0 +1,503 @@
+//! The swarm backend on the three-node swarm fixture (each node a dockerd
+//! in its own network namespace; `cargo xtask setup`), driven through the
+//! CLI in fresh processes, as a user would: sandboxes spread over the
+//! nodes; a node's dockerd killed and a node's link cut, each sandbox that
+//! was there back on another node identical to its last stop; the lost
+//! node back, its stale containers never used or persisted; the leader
+//! lost; an unsatisfiable placement; four processes resuming one sandbox;
+//! and the backend conformance suite. A binary of its own: it breaks the
+//! swarm on purpose, one test at a time.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use berth::backend::docker::swarm::SwarmState;
+use berth::conformance::WORKSPACE_LISTING;
+use berth_tests::swarm_fixture::{swarm_or_skip, NodeGuard, Swarm};
+use berth_tests::{berth_in, berth_ok, berth_state, s3_manifest, s3_or_skip, test_image};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A test's swarm, home and S3 snapshot manifest; every node brought back
+/// when dropped.
+struct Setup {
+    swarm: Swarm,
+    home: tempfile::TempDir,
+    manifest: PathBuf,
+    _guard: NodeGuard,
+}
+
+fn setup(test: &str) -> Option<Setup> {
+    let swarm = swarm_or_skip(test)?;
+    let s3 = s3_or_skip(test)?;
+    swarm.wait_all_ready(Duration::from_secs(120));
+    let home = tempfile::tempdir().unwrap();
+    let prefix = format!("swarm-{test}-{}/", std::process::id());
+    let manifest = s3_manifest(home.path(), &s3, &prefix);
+    Some(Setup {
+        _guard: NodeGuard(swarm.clone()),
+        swarm,
+        home,
+        manifest,
+    })
+}
+
+impl Setup {
+    fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// `berth create NAME --backend swarm …`, started.
+    fn create(&self, name: &str, extra: &[&str]) {
+        let snapshot = format!("remote:{}", self.manifest.display());
+        let mut args = vec![
+            "create",
+            name,
+            "--backend",
+            "swarm",
+            "--engine",
+            &self.swarm.manager,
+            "--image",
+            "",
+            "--snapshot",
+            &snapshot,
+        ];
+        let image = test_image();
+        args[7] = &image;
+        args.extend_from_slice(extra);
+        berth_ok(self.home(), &args);
+    }
+
+    fn swarm_state(&self, name: &str) -> SwarmState {
+        berth_state(self.home(), name).backend.decode().unwrap()
+    }
+
+    /// The fixture node (`n1`…) the sandbox's task runs on.
+    fn node_of(&self, name: &str) -> String {
+        let state = self.swarm_state(name);
+        let current = state.current.expect("the sandbox has a task");
+        self.swarm.node_named(&current.node)
+    }
+
+    fn exec(&self, name: &str, command: &str) -> String {
+        berth_ok(self.home(), &["exec", name, "--", command])
+    }
+
+    /// Removes the task's container on its node (the swarm starts a new
+    /// task): the next command restores the last stop.
+    fn remove_container(&self, name: &str) {
+        let task = self.swarm_state(name).current.expect("a task");
+        let node = self.swarm.node_named(&task.node);
+        self.swarm
+            .docker(&node, &["rm", "-f", &task.container])
+            .expect("docker rm -f");
+    }
+
+    fn listing(&self, name: &str) -> String {
+        self.exec(name, WORKSPACE_LISTING)
+    }
+
+    /// A generated workspace (seeded), stopped; its listing.
+    fn populate_and_stop(&self, name: &str, seed: u64) -> String {
+        self.exec(name, &berth_tests::workspace_gen::script(seed, 256 * 1024));
+        let listing = self.listing(name);
+        berth_ok(self.home(), &["stop", name]);
+        listing
+    }
+
+    /// `berth rm` each; their services are gone from the swarm.
+    fn remove_all(&self, names: &[String]) {
+        let services: Vec<String> = names
+            .iter()
+            .map(|n| format!("berth-{}", berth_state(self.home(), n).session_id))
+            .collect();
+        for n in names {
+            let out = berth_in(self.home(), &["rm", n]);
+            assert!(out.status.success(), "berth rm {n}: {out:?}");
+        }
+        let left = self.swarm.berth_services();
+        for service in services {
+            assert!(!left.contains(&service), "{service} was left behind: {left:?}");
+        }
+    }
+}
+
+fn failed(out: &Output, what: &str) -> String {
+    assert!(
+        !out.status.success(),
+        "{what} should have failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Sandboxes named `prefix0…` until they cover every node (the swarm
+/// spreads one replica services), at most `max`.
+fn spread(s: &Setup, prefix: &str, want: usize, max: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for i in 0..max {
+        let name = format!("{prefix}{i}");
+        s.create(&name, &[]);
+        names.push(name);
+        let nodes: std::collections::BTreeSet<String> =
+            names.iter().map(|n| s.node_of(n)).collect();
+        if names.len() >= want && nodes.len() == s.swarm.nodes.len() {
+            break;
+        }
+    }
+    names
+}
+
+#[test]
+fn sandboxes_spread_over_the_nodes_and_come_back_identical_after_a_node_is_lost() {
+    let _serial = serial();
+    let Some(s) = setup("sandboxes_spread_over_the_nodes_and_come_back_identical_after_a_node_is_lost")
+    else {
+        return;
+    };
+    // 1. Six sandboxes over three nodes; each one's work stopped.
+    let names = spread(&s, "s", 6, 6);
+    assert_eq!(names.len(), 6);
+    let listings: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| s.populate_and_stop(n, 0x5A4D_0000 + i as u64))
+        .collect();
+    let nodes: Vec<String> = names.iter().map(|n| s.node_of(n)).collect();
+    let used: std::collections::BTreeSet<&String> = nodes.iter().collect();
+    assert_eq!(used.len(), 3, "six sandboxes on {nodes:?}");
+    let ls = berth_ok(s.home(), &["ls"]);
+    assert!(ls.contains("NODE"), "{ls}");
+
+    // Work after the stop, on the node about to be lost: it must not come back.
+    let leader = s.swarm.leader();
+    let victim = nodes
+        .iter()
+        .find(|n| **n != leader)
+        .cloned()
+        .expect("a sandbox off the leader");
+    let lost: Vec<usize> = (0..names.len()).filter(|&i| nodes[i] == victim).collect();
+    for &i in &lost {
+        s.exec(&names[i], "echo unsaved > unsaved");
+    }
+
+    // 2. The node's dockerd SIGKILLed.
+    s.swarm.kill_daemon(&victim);
+    let lost_at = Instant::now();
+
+    // 6. Four processes resume the first lost sandbox at once (in-process
+    //    CLIs): one restore, four successes.
+    let first = names[lost[0]].clone();
+    let children: Vec<std::process::Child> = (0..4)
+        .map(|_| {
+            std::process::Command::new(berth_tests::berth_bin())
+                .env("BERTH_HOME", s.home())
+                .env("RUST_LOG", "berth=info")
+                .args(["--no-server", "exec", &first, "--", WORKSPACE_LISTING])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut restores = 0;
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "a resume failed: {stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            listings[lost[0]],
+            "a resume saw another workspace"
+        );
+        restores += stderr.matches("archive extracted").count();
+    }
+    let usable = lost_at.elapsed();
+    assert_eq!(restores, 1, "four resumes restored {restores} times");
+    eprintln!("node loss → {first} usable again on another node: {usable:?}");
+
+    // Every sandbox that was there is back elsewhere, identical to its
+    // last stop; the others are untouched.
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(s.listing(name), listings[i], "{name} differs from its last stop");
+        let now = s.node_of(name);
+        if nodes[i] == victim {
+            assert_ne!(now, victim, "{name} is still on the lost node");
+            let state = s.swarm_state(name);
+            assert!(state.history.len() >= 2, "{name}'s task history: {:?}", state.history);
+        } else {
+            assert_eq!(now, nodes[i], "{name} moved though its node was not lost");
+        }
+    }
+
+    // 3. The lost node comes back: its stale containers are never used
+    //    or persisted.
+    s.swarm.start_daemon(&victim);
+    s.swarm.wait_all_ready(Duration::from_secs(120));
+    for &i in &lost {
+        let name = &names[i];
+        assert_eq!(s.exec(name, "test -e unsaved && echo stale || echo clean"), "clean\n");
+        assert_ne!(s.node_of(name), victim);
+        berth_ok(s.home(), &["stop", name]);
+        s.remove_container(name);
+        assert_eq!(s.listing(name), listings[i], "{name} restored again");
+    }
+    s.remove_all(&names);
+}
+
+#[test]
+fn a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted() {
+    let _serial = serial();
+    let Some(s) = setup("a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted")
+    else {
+        return;
+    };
+    let names = spread(&s, "f", 3, 6);
+    let leader = s.swarm.leader();
+    let name = names
+        .iter()
+        .find(|n| s.node_of(n) != leader)
+        .cloned()
+        .expect("a sandbox off the leader");
+    let victim = s.node_of(&name);
+    let listing = s.populate_and_stop(&name, 0xFE4C_E001);
+    let before_cut = berth_state(s.home(), &name);
+    let task = before_cut
+        .backend
+        .decode::<SwarmState>()
+        .unwrap()
+        .current
+        .unwrap();
+    // Work after the stop, and the sandbox kept open by the server.
+    s.exec(&name, "echo unsaved > unsaved");
+
+    s.swarm.cut_link(&victim);
+    let cut_at = Instant::now();
+    s.swarm.wait_task_replaced(
+        &format!("berth-{}", before_cut.session_id),
+        &task.task,
+        Duration::from_secs(60),
+    );
+    // The server's open sandbox is fenced: the command runs on the new
+    // task, restored from the last stop.
+    assert_eq!(s.listing(&name), listing);
+    eprintln!("link cut → {name} usable on another node: {:?}", cut_at.elapsed());
+    assert_ne!(s.node_of(&name), victim);
+    // The stale container still runs on the cut-off node, reachable on its
+    // socket; a stop from the old state is refused and persists nothing.
+    let stale = s
+        .swarm
+        .docker(&victim, &["ps", "-q", "--no-trunc", "--filter", &format!("id={}", task.container)])
+        .unwrap_or_default();
+    eprintln!("stale container on {victim}: {stale:?}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let refused = runtime.block_on(async {
+        let client = berth::sandbox::SandboxClient::builder(s.home().join("lib"))
+            .save_state(false)
+            .build();
+        let mut old = client
+            .resume(before_cut.clone(), None, berth::sandbox::SandboxOptions::default())
+            .await
+            .unwrap();
+        let refused = old.stop().await;
+        (refused, old.state().snapshot.digest)
+    });
+    match refused.0 {
+        Err(berth::SandboxError::LineageMismatch { .. }) | Err(berth::SandboxError::Backend(berth::BackendError::Stale { .. })) => {}
+        other => panic!("a stop of the stale container was not refused: {other:?}"),
+    }
+    assert_eq!(refused.1, before_cut.snapshot.digest);
+
+    // The node comes back: still never used.
+    s.swarm.restore_link(&victim);
+    s.swarm.wait_all_ready(Duration::from_secs(120));
+    assert_eq!(s.exec(&name, "test -e unsaved && echo stale || echo clean"), "clean\n");
+    berth_ok(s.home(), &["stop", &name]);
+    s.remove_container(&name);
+    assert_eq!(s.listing(&name), listing);
+    s.remove_all(&names);
+}
+
+#[test]
+fn with_the_leader_lost_sandboxes_are_reached_through_the_other_managers() {
+    let _serial = serial();
+    let Some(s) = setup("with_the_leader_lost_sandboxes_are_reached_through_the_other_managers")
+    else {
+        return;
+    };
+    let names = spread(&s, "l", 3, 6);
+    let leader = s.swarm.leader();
+    let listings: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| s.populate_and_stop(n, 0x1EAD_0000 + i as u64))
+        .collect();
+    let nodes: Vec<String> = names.iter().map(|n| s.node_of(n)).collect();
+    assert!(nodes.contains(&leader), "no sandbox on the leader {leader}: {nodes:?}");
+
+    s.swarm.cut_link(&leader);
+    let cut_at = Instant::now();
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(s.listing(name), listings[i], "{name} after the leader was lost");
+        if nodes[i] == leader {
+            assert_ne!(s.node_of(name), leader);
+            eprintln!("leader lost → {name} usable on another node: {:?}", cut_at.elapsed());
+        }
+    }
+    assert_ne!(s.swarm.leader(), leader, "no new leader was elected");
+    s.swarm.restore_link(&leader);
+    s.swarm.wait_all_ready(Duration::from_secs(180));
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(s.listing(name), listings[i]);
+    }
+    s.remove_all(&names);
+}
+
+#[test]
+fn an_unsatisfiable_placement_is_refused_with_the_swarms_reason_and_leaves_nothing() {
+    let _serial = serial();
+    let Some(s) =
+        setup("an_unsatisfiable_placement_is_refused_with_the_swarms_reason_and_leaves_nothing")
+    else {
+        return;
+    };
+    let before = s.swarm.berth_services();
+    let snapshot = format!("remote:{}", s.manifest.display());
+    let image = test_image();
+    let base = [
+        "--backend",
+        "swarm",
+        "--engine",
+        &s.swarm.manager,
+        "--image",
+        &image,
+        "--snapshot",
+        &snapshot,
+        "--placement-timeout",
+        "4s",
+    ];
+    for (extra, reason) in [
+        (
+            vec!["--constraint", "node.labels.pool==gpu"],
+            "no suitable node",
+        ),
+        (vec!["--reserve-memory", "65536GiB"], "insufficient resources"),
+    ] {
+        let mut args = vec!["create", "u1"];
+        args.extend_from_slice(&base);
+        args.extend(extra.iter().copied());
+        let err = failed(&berth_in(s.home(), &args), "an unsatisfiable create");
+        assert!(err.contains(reason), "{err}");
+        assert!(err.contains("u1 was not created") && err.contains("pending"), "{err}");
+        assert_eq!(err.matches(reason).count(), 1, "the reason said once: {err}");
+        assert!(!berth_ok(s.home(), &["ls"]).contains("u1"));
+        assert_eq!(s.swarm.berth_services(), before, "a service was left behind");
+    }
+    // A snapshot only this host reads is refused before anything is made.
+    let err = failed(
+        &berth_in(
+            s.home(),
+            &[
+                "create",
+                "u2",
+                "--backend",
+                "swarm",
+                "--engine",
+                &s.swarm.manager,
+                "--image",
+                &image,
+                "--snapshot",
+                "local",
+            ],
+        ),
+        "a swarm sandbox with a local snapshot",
+    );
+    assert!(err.contains("shared store"), "{err}");
+    assert_eq!(s.swarm.berth_services(), before);
+}
+
+/// The swarm backend under the conformance suite; disasters inflicted on
+/// the task's container through its node's engine.
+struct SwarmUnderTest {
+    swarm: Swarm,
+    manifest: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl berth::conformance::BackendUnderTest for SwarmUnderTest {
+    fn name(&self) -> String {
+        format!("swarm backend ({})", test_image())
+    }
+
+    fn spec(&self) -> berth::backend::BackendSpec {
+        berth::backend::BackendSpec::new(berth::backend::docker::swarm::SwarmOptions::new(
+            self.swarm.manager.clone(),
+            test_image(),
+        ))
+    }
+
+    fn snapshot(&self, _home: &Path) -> berth::sandbox::SnapshotSpec {
+        berth::sandbox::SnapshotSpec::Remote {
+            plugin: self.manifest.clone(),
+        }
+    }
+
+    fn disasters(&self) -> Vec<berth::conformance::Disaster> {
+        use berth::conformance::Disaster;
+        vec![
+            Disaster::InstanceRemoved,
+            Disaster::InstanceStopped,
+            Disaster::WorkspaceDeleted,
+        ]
+    }
+
+    async fn inflict(
+        &self,
+        disaster: berth::conformance::Disaster,
+        state: &berth::sandbox::SandboxState,
+    ) -> Result<(), String> {
+        use berth::conformance::Disaster;
+        let swarm: SwarmState = state.backend.decode().map_err(|e| e.to_string())?;
+        let task = swarm.current.ok_or("no task recorded")?;
+        let node = self.swarm.node_named(&task.node);
+        let c = task.container.as_str();
+        match disaster {
+            Disaster::InstanceRemoved => self.swarm.docker(&node, &["rm", "-f", c]),
+            Disaster::InstanceStopped => self.swarm.docker(&node, &["stop", "-t", "1", c]),
+            Disaster::WorkspaceDeleted => {
+                self.swarm.docker(&node, &["exec", c, "rm", "-rf", "/workspace"])
+            }
+            other => return Err(format!("not a swarm disaster: {other:?}")),
+        }
+        .map(drop)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_swarm_backend_keeps_the_lifecycles_promises() {
+    let _serial = serial();
+    let Some(s) = setup("the_swarm_backend_keeps_the_lifecycles_promises") else {
+        return;
+    };
+    let before = s.swarm.berth_services();
+    let under_test = SwarmUnderTest {
+        swarm: s.swarm.clone(),
+        manifest: s.manifest.clone(),
+    };
+    let report = berth::conformance::check_backend(&under_test, &s.home().join("suite")).await;
+    assert!(report.passed(), "{}", report.table());
+    for clause in [
+        "round-trip-after-instance-removed",
+        "round-trip-after-instance-stopped",
+        "round-trip-after-workspace-deleted",
+    ] {
+        assert!(report.clause(clause).is_some(), "{clause} did not run");
+    }
+    assert_eq!(s.swarm.berth_services(), before, "the suite left services behind");
+}
