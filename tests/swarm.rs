@@ -123,7 +123,10 @@ impl Setup {
         }
         let left = self.swarm.berth_services();
         for service in services {
-            assert!(!left.contains(&service), "{service} was left behind: {left:?}");
+            assert!(
+                !left.contains(&service),
+                "{service} was left behind: {left:?}"
+            );
         }
     }
 }
@@ -157,7 +160,8 @@ fn spread(s: &Setup, prefix: &str, want: usize, max: usize) -> Vec<String> {
 #[test]
 fn sandboxes_spread_over_the_nodes_and_come_back_identical_after_a_node_is_lost() {
     let _serial = serial();
-    let Some(s) = setup("sandboxes_spread_over_the_nodes_and_come_back_identical_after_a_node_is_lost")
+    let Some(s) =
+        setup("sandboxes_spread_over_the_nodes_and_come_back_identical_after_a_node_is_lost")
     else {
         return;
     };
@@ -225,12 +229,20 @@ fn sandboxes_spread_over_the_nodes_and_come_back_identical_after_a_node_is_lost(
     // Every sandbox that was there is back elsewhere, identical to its
     // last stop; the others are untouched.
     for (i, name) in names.iter().enumerate() {
-        assert_eq!(s.listing(name), listings[i], "{name} differs from its last stop");
+        assert_eq!(
+            s.listing(name),
+            listings[i],
+            "{name} differs from its last stop"
+        );
         let now = s.node_of(name);
         if nodes[i] == victim {
             assert_ne!(now, victim, "{name} is still on the lost node");
             let state = s.swarm_state(name);
-            assert!(state.history.len() >= 2, "{name}'s task history: {:?}", state.history);
+            assert!(
+                state.history.len() >= 2,
+                "{name}'s task history: {:?}",
+                state.history
+            );
         } else {
             assert_eq!(now, nodes[i], "{name} moved though its node was not lost");
         }
@@ -242,7 +254,10 @@ fn sandboxes_spread_over_the_nodes_and_come_back_identical_after_a_node_is_lost(
     s.swarm.wait_all_ready(Duration::from_secs(120));
     for &i in &lost {
         let name = &names[i];
-        assert_eq!(s.exec(name, "test -e unsaved && echo stale || echo clean"), "clean\n");
+        assert_eq!(
+            s.exec(name, "test -e unsaved && echo stale || echo clean"),
+            "clean\n"
+        );
         assert_ne!(s.node_of(name), victim);
         berth_ok(s.home(), &["stop", name]);
         s.remove_container(name);
@@ -254,7 +269,8 @@ fn sandboxes_spread_over_the_nodes_and_come_back_identical_after_a_node_is_lost(
 #[test]
 fn a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted() {
     let _serial = serial();
-    let Some(s) = setup("a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted")
+    let Some(s) =
+        setup("a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted")
     else {
         return;
     };
@@ -287,13 +303,25 @@ fn a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted()
     // The server's open sandbox is fenced: the command runs on the new
     // task, restored from the last stop.
     assert_eq!(s.listing(&name), listing);
-    eprintln!("link cut → {name} usable on another node: {:?}", cut_at.elapsed());
+    eprintln!(
+        "link cut → {name} usable on another node: {:?}",
+        cut_at.elapsed()
+    );
     assert_ne!(s.node_of(&name), victim);
     // The stale container still runs on the cut-off node, reachable on its
     // socket; a stop from the old state is refused and persists nothing.
     let stale = s
         .swarm
-        .docker(&victim, &["ps", "-q", "--no-trunc", "--filter", &format!("id={}", task.container)])
+        .docker(
+            &victim,
+            &[
+                "ps",
+                "-q",
+                "--no-trunc",
+                "--filter",
+                &format!("id={}", task.container),
+            ],
+        )
         .unwrap_or_default();
     eprintln!("stale container on {victim}: {stale:?}");
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -302,14 +330,19 @@ fn a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted()
             .save_state(false)
             .build();
         let mut old = client
-            .resume(before_cut.clone(), None, berth::sandbox::SandboxOptions::default())
+            .resume(
+                before_cut.clone(),
+                None,
+                berth::sandbox::SandboxOptions::default(),
+            )
             .await
             .unwrap();
         let refused = old.stop().await;
         (refused, old.state().snapshot.digest)
     });
     match refused.0 {
-        Err(berth::SandboxError::LineageMismatch { .. }) | Err(berth::SandboxError::Backend(berth::BackendError::Stale { .. })) => {}
+        Err(berth::SandboxError::LineageMismatch { .. })
+        | Err(berth::SandboxError::Backend(berth::BackendError::Stale { .. })) => {}
         other => panic!("a stop of the stale container was not refused: {other:?}"),
     }
     assert_eq!(refused.1, before_cut.snapshot.digest);
@@ -317,7 +350,10 @@ fn a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted()
     // The node comes back: still never used.
     s.swarm.restore_link(&victim);
     s.swarm.wait_all_ready(Duration::from_secs(120));
-    assert_eq!(s.exec(&name, "test -e unsaved && echo stale || echo clean"), "clean\n");
+    assert_eq!(
+        s.exec(&name, "test -e unsaved && echo stale || echo clean"),
+        "clean\n"
+    );
     berth_ok(s.home(), &["stop", &name]);
     s.remove_container(&name);
     assert_eq!(s.listing(&name), listing);
@@ -339,15 +375,25 @@ fn with_the_leader_lost_sandboxes_are_reached_through_the_other_managers() {
         .map(|(i, n)| s.populate_and_stop(n, 0x1EAD_0000 + i as u64))
         .collect();
     let nodes: Vec<String> = names.iter().map(|n| s.node_of(n)).collect();
-    assert!(nodes.contains(&leader), "no sandbox on the leader {leader}: {nodes:?}");
+    assert!(
+        nodes.contains(&leader),
+        "no sandbox on the leader {leader}: {nodes:?}"
+    );
 
     s.swarm.cut_link(&leader);
     let cut_at = Instant::now();
     for (i, name) in names.iter().enumerate() {
-        assert_eq!(s.listing(name), listings[i], "{name} after the leader was lost");
+        assert_eq!(
+            s.listing(name),
+            listings[i],
+            "{name} after the leader was lost"
+        );
         if nodes[i] == leader {
             assert_ne!(s.node_of(name), leader);
-            eprintln!("leader lost → {name} usable on another node: {:?}", cut_at.elapsed());
+            eprintln!(
+                "leader lost → {name} usable on another node: {:?}",
+                cut_at.elapsed()
+            );
         }
     }
     assert_ne!(s.swarm.leader(), leader, "no new leader was elected");
@@ -387,17 +433,31 @@ fn an_unsatisfiable_placement_is_refused_with_the_swarms_reason_and_leaves_nothi
             vec!["--constraint", "node.labels.pool==gpu"],
             "no suitable node",
         ),
-        (vec!["--reserve-memory", "65536GiB"], "insufficient resources"),
+        (
+            vec!["--reserve-memory", "65536GiB"],
+            "insufficient resources",
+        ),
     ] {
         let mut args = vec!["create", "u1"];
         args.extend_from_slice(&base);
         args.extend(extra.iter().copied());
         let err = failed(&berth_in(s.home(), &args), "an unsatisfiable create");
         assert!(err.contains(reason), "{err}");
-        assert!(err.contains("u1 was not created") && err.contains("pending"), "{err}");
-        assert_eq!(err.matches(reason).count(), 1, "the reason said once: {err}");
+        assert!(
+            err.contains("u1 was not created") && err.contains("pending"),
+            "{err}"
+        );
+        assert_eq!(
+            err.matches(reason).count(),
+            1,
+            "the reason said once: {err}"
+        );
         assert!(!berth_ok(s.home(), &["ls"]).contains("u1"));
-        assert_eq!(s.swarm.berth_services(), before, "a service was left behind");
+        assert_eq!(
+            s.swarm.berth_services(),
+            before,
+            "a service was left behind"
+        );
     }
     // A snapshot only this host reads is refused before anything is made.
     let err = failed(
@@ -470,9 +530,9 @@ impl berth::conformance::BackendUnderTest for SwarmUnderTest {
         match disaster {
             Disaster::InstanceRemoved => self.swarm.docker(&node, &["rm", "-f", c]),
             Disaster::InstanceStopped => self.swarm.docker(&node, &["stop", "-t", "1", c]),
-            Disaster::WorkspaceDeleted => {
-                self.swarm.docker(&node, &["exec", c, "rm", "-rf", "/workspace"])
-            }
+            Disaster::WorkspaceDeleted => self
+                .swarm
+                .docker(&node, &["exec", c, "rm", "-rf", "/workspace"]),
             other => return Err(format!("not a swarm disaster: {other:?}")),
         }
         .map(drop)
@@ -499,5 +559,9 @@ async fn the_swarm_backend_keeps_the_lifecycles_promises() {
     ] {
         assert!(report.clause(clause).is_some(), "{clause} did not run");
     }
-    assert_eq!(s.swarm.berth_services(), before, "the suite left services behind");
+    assert_eq!(
+        s.swarm.berth_services(),
+        before,
+        "the suite left services behind"
+    );
 }

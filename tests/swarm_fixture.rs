@@ -79,7 +79,12 @@ impl Swarm {
 
     /// `docker -H NODE ARGS…`.
     pub fn docker(&self, node: &str, args: &[&str]) -> Result<String, String> {
-        output(Command::new("docker").arg("-H").arg(self.socket(node)).args(args))
+        output(
+            Command::new("docker")
+                .arg("-H")
+                .arg(self.socket(node))
+                .args(args),
+        )
     }
 
     /// Whether a node's engine answers.

@@ -103,7 +103,9 @@ fn daemons() -> Result<()> {
         std::fs::create_dir_all(format!("{dir}/data"))?;
         std::fs::write(
             format!("{dir}/daemon.json"),
-            format!("{{\"deprecated-key-path\": \"{dir}/key.json\", \"no-new-privileges\": true}}\n"),
+            format!(
+                "{{\"deprecated-key-path\": \"{dir}/key.json\", \"no-new-privileges\": true}}\n"
+            ),
         )?;
         let script = format!("{dir}/start.sh");
         std::fs::write(&script, start_script(node))?;
@@ -214,7 +216,10 @@ fn ready() -> Result<()> {
             return Ok(());
         }
         if started.elapsed() > Duration::from_secs(60) {
-            bail!("only {ready} of {} swarm nodes are ready after 60 s", NODES.len());
+            bail!(
+                "only {ready} of {} swarm nodes are ready after 60 s",
+                NODES.len()
+            );
         }
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -228,7 +233,10 @@ pub(crate) fn swarm_setup() -> Result<()> {
     swarm()?;
     ready()?;
     nodes()?;
-    let mut env = format!("BERTH_SWARM_MANAGER={}\nBERTH_SWARM_DIR={DIR}\n", socket("n1"));
+    let mut env = format!(
+        "BERTH_SWARM_MANAGER={}\nBERTH_SWARM_DIR={DIR}\n",
+        socket("n1")
+    );
     env.push_str(&format!("BERTH_SWARM_NODES={}\n", NODES.join(",")));
     std::fs::write(ENV_FILE, env).with_context(|| format!("writing {ENV_FILE}"))?;
     eprintln!(

@@ -12,6 +12,7 @@ mod docker;
 mod plugins;
 mod s3;
 mod server;
+mod swarm;
 
 use commands::*;
 use dedup::*;
@@ -38,8 +39,8 @@ pub struct BenchArgs {
     #[arg(long)]
     runs: Option<usize>,
     /// Run only these groups (repeatable): persist (persist, restore and
-    /// memory), dedup, plugins, docker, commands, server, s3. By default,
-    /// all.
+    /// memory), dedup, plugins, docker, commands, server, swarm, s3. By
+    /// default, all.
     #[arg(long)]
     only: Vec<String>,
     /// Where to write the JSON results.
@@ -391,6 +392,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match server::server_rows(&image, args.quick).await {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: server rows skipped: {e:#}"),
+        }
+    }
+    if want("swarm") {
+        let image =
+            std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
+        match swarm::swarm_rows(&image, runs, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: swarm rows skipped: {e:#}"),
         }
     }
     if want("s3") {

@@ -195,7 +195,10 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             let manager = args.engine.clone().context(
                 "--backend swarm needs --engine MANAGER: a swarm manager's endpoint or Docker context",
             )?;
-            let image = args.image.clone().context("--backend swarm needs --image")?;
+            let image = args
+                .image
+                .clone()
+                .context("--backend swarm needs --image")?;
             if args.container.is_some() || !args.run_args.is_empty() || !args.expose.is_empty() {
                 bail!("--container, --run-arg and --expose are docker-backend options; a swarm sandbox takes --memory, --cpus, --pids-limit, --reserve-memory, --reserve-cpus, --constraint and --network");
             }
@@ -232,7 +235,9 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
                 || !args.run_args.is_empty()
                 || args.engine.is_some()
             {
-                bail!("--image, --engine, --container and --run-arg need --backend docker (or swarm)");
+                bail!(
+                    "--image, --engine, --container and --run-arg need --backend docker (or swarm)"
+                );
             }
             let mut local = LocalOptions::default();
             if let Some(d) = &args.root_dir {

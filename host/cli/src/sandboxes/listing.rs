@@ -61,9 +61,7 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
             summary(&r.state.backend)
                 .location
                 .unwrap_or_else(|| "-".into()),
-            summary(&r.state.backend)
-                .node
-                .unwrap_or_else(|| "-".into()),
+            summary(&r.state.backend).node.unwrap_or_else(|| "-".into()),
             if orphans.is_empty() {
                 "-".to_string()
             } else {

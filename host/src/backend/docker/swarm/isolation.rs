@@ -23,7 +23,8 @@ pub(super) struct Effective {
     pub cap_bnd: u64,
 }
 
-const PROBE: &str = "cat /proc/net/dev; echo @@; grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/1/status";
+const PROBE: &str =
+    "cat /proc/net/dev; echo @@; grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/1/status";
 
 /// Parses the probe's output.
 pub(super) fn parse(output: &str) -> Option<Effective> {
@@ -118,7 +119,8 @@ pub(super) async fn verify(
 mod tests {
     use super::*;
 
-    const NET: &str = "Inter-|   Receive |  Transmit\n face |bytes packets|bytes\n    lo:       0       0    0\n";
+    const NET: &str =
+        "Inter-|   Receive |  Transmit\n face |bytes packets|bytes\n    lo:       0       0    0\n";
 
     fn probe(net: &str, nnp: &str, eff: &str, bnd: &str) -> String {
         format!("{net}@@\nNoNewPrivs:\t{nnp}\nCapEff:\t{eff}\nCapBnd:\t{bnd}\n")

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::models::{
-    Limit, ResourceObject, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, Task,
-    TaskSpec, TaskSpecContainerSpec, TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
+    Limit, ResourceObject, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, Task, TaskSpec,
+    TaskSpecContainerSpec, TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
     TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::{ListNodesOptionsBuilder, ListTasksOptionsBuilder};
@@ -75,10 +75,16 @@ pub(super) fn is_not_found(e: &BackendError) -> bool {
 }
 
 /// The first of `state`'s managers that answers as a manager with a
-/// leader; every failure is named when none does.
-pub(super) async fn connect(state: &SwarmState) -> Result<Manager, BackendError> {
+/// leader (those in `suspects` last); every failure is named when none
+/// does.
+pub(super) async fn connect(
+    state: &SwarmState,
+    suspects: &[String],
+) -> Result<Manager, BackendError> {
     let mut failures = Vec::new();
-    for reference in &state.managers {
+    let (last, first): (Vec<&String>, Vec<&String>) =
+        state.managers.iter().partition(|m| suspects.contains(m));
+    for reference in first.into_iter().chain(last) {
         match try_manager(reference, state).await {
             Ok(docker) => {
                 return Ok(Manager {
@@ -163,8 +169,10 @@ impl Manager {
     pub(super) async fn service_id(&self, name: &str) -> Result<Option<String>, BackendError> {
         match timed(
             "inspecting the sandbox's service",
-            self.docker
-                .inspect_service(name, None::<bollard::query_parameters::InspectServiceOptions>),
+            self.docker.inspect_service(
+                name,
+                None::<bollard::query_parameters::InspectServiceOptions>,
+            ),
         )
         .await
         {
@@ -291,7 +299,10 @@ impl Manager {
     }
 
     /// The node's engine (its `berth.engine` label) and hostname.
-    pub(super) async fn node_engine(&self, node_id: &str) -> Result<(String, String), BackendError> {
+    pub(super) async fn node_engine(
+        &self,
+        node_id: &str,
+    ) -> Result<(String, String), BackendError> {
         let node = timed(
             "inspecting the task's node",
             self.docker.inspect_node(node_id),

@@ -68,6 +68,8 @@ pub struct SwarmBackend {
     progress: Option<PlacementProgress>,
     /// The manager that last answered.
     manager: tokio::sync::Mutex<Option<Manager>>,
+    /// Managers that stopped answering, tried last.
+    suspects: std::sync::Mutex<Vec<String>>,
     /// The recorded task's container, on its node's engine, once reached.
     container: tokio::sync::OnceCell<DockerBackend>,
 }
@@ -91,6 +93,7 @@ impl SwarmBackend {
             session_id: session_id.to_string(),
             progress,
             manager: tokio::sync::Mutex::new(None),
+            suspects: std::sync::Mutex::new(Vec::new()),
             container: tokio::sync::OnceCell::new(),
         })
     }
@@ -110,7 +113,8 @@ impl SwarmBackend {
                 reference: m.reference.clone(),
             });
         }
-        let m = manager::connect(&self.state).await?;
+        let suspects = self.suspects.lock().map(|s| s.clone()).unwrap_or_default();
+        let m = manager::connect(&self.state, &suspects).await?;
         *slot = Some(Manager {
             docker: m.docker.clone(),
             reference: m.reference.clone(),
@@ -118,9 +122,16 @@ impl SwarmBackend {
         Ok(m)
     }
 
-    /// Forgets the manager (it stopped answering).
+    /// Forgets the manager (it stopped answering), and tries it last from
+    /// now on: a manager cut off from the others costs its timeout once.
     async fn forget_manager(&self) {
-        *self.manager.lock().await = None;
+        if let Some(m) = self.manager.lock().await.take() {
+            if let Ok(mut suspects) = self.suspects.lock() {
+                if !suspects.contains(&m.reference) {
+                    suspects.push(m.reference);
+                }
+            }
+        }
     }
 
     /// Runs `call` on a manager, trying the next ones when the one used
@@ -341,8 +352,9 @@ impl SwarmBackend {
         // until its election times out: not answering in time is
         // unreachable, and the placement waits for the swarm to notice.
         let info = match tokio::time::timeout(NODE_CALL, backend.docker.info()).await {
-            Ok(answer) => answer
-                .map_err(|e| super::api("asking the node's engine which node it is", e))?,
+            Ok(answer) => {
+                answer.map_err(|e| super::api("asking the node's engine which node it is", e))?
+            }
             Err(_) => {
                 return Err(BackendError::Unreachable {
                     backend: BACKEND,
@@ -455,7 +467,10 @@ fn now_rfc3339() -> String {
 impl Backend for SwarmBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
         self.container = tokio::sync::OnceCell::new();
-        if let Ok(managers) = self.with_manager(|m| async move { m.managers().await }).await {
+        if let Ok(managers) = self
+            .with_manager(|m| async move { m.managers().await })
+            .await
+        {
             self.state.managers = managers;
         }
         let (service_id, created) = self.ensure_service().await?;
@@ -488,7 +503,9 @@ impl Backend for SwarmBackend {
             Ok(_) => Ok(self.state.current.as_ref().map(|t| t.task.clone())),
             // The lineage compares this with the task the workspace was set
             // up in, and refuses.
-            Err(BackendError::Stale { message, .. }) => Ok(Some(format!("another task ({message})"))),
+            Err(BackendError::Stale { message, .. }) => {
+                Ok(Some(format!("another task ({message})")))
+            }
             Err(e) => Err(e),
         }
     }
