@@ -565,3 +565,72 @@ async fn the_swarm_backend_keeps_the_lifecycles_promises() {
         "the suite left services behind"
     );
 }
+
+#[test]
+fn an_agent_framework_places_a_sandbox_on_the_swarm_through_the_api() {
+    let _serial = serial();
+    let Some(s) = setup("an_agent_framework_places_a_sandbox_on_the_swarm_through_the_api") else {
+        return;
+    };
+    let before = s.swarm.berth_services();
+    // The server, as `berth serve` runs it.
+    let mut server = std::process::Command::new(berth_tests::berth_bin())
+        .env("BERTH_HOME", s.home())
+        .args(["serve"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = s.home().join("berth.sock");
+    let started = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(30), "no server");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let script = format!(
+        r#"
+import berth_client as b
+c = b.Berth()
+sb = c.create("py", backend="swarm", engine={manager:?}, image={image:?},
+              snapshot={snapshot:?}, pids_limit=256, reserve_memory=8 << 20)
+r = sb.exec("echo placed > w; cat w")
+assert r.stdout_bytes == b"placed\n", r
+sb.stop()
+try:
+    c.create("nowhere", backend="swarm", engine={manager:?}, image={image:?},
+             snapshot={snapshot:?}, constraints=["node.labels.pool==gpu"],
+             placement_timeout_secs=3)
+    raise SystemExit("an unsatisfiable placement was accepted")
+except b.PlacementFailed as e:
+    assert "no suitable node" in e.message, e.message
+try:
+    c.sandbox("nowhere").inspect()
+    raise SystemExit("the failed create left a sandbox")
+except b.NotFound:
+    pass
+sb.remove()
+print("ok")
+"#,
+        manager = s.swarm.manager,
+        image = test_image(),
+        snapshot = format!("remote:{}", s.manifest.display()),
+    );
+    let out = std::process::Command::new("python3")
+        .env("PYTHONPATH", berth_tests::repo_root().join("host/python"))
+        .env("BERTH_SOCKET", &socket)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        s.swarm.berth_services(),
+        before,
+        "a service was left behind"
+    );
+}

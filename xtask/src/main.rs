@@ -212,6 +212,7 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     // hides their stderr, so the summary below is where a skip shows.
     let skips = root.join("target").join("berth-skips.log");
     let before = berth_containers();
+    let services_before = swarm::berth_services();
     let _ = std::fs::remove_file(&skips);
     let tested = run(Command::new("cargo")
         .current_dir(root)
@@ -219,6 +220,7 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
         .args(["test", "--workspace"])
         .args(extra));
     sweep_test_containers(&before);
+    swarm::sweep_test_services(&services_before);
     let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
     if skipped.trim().is_empty() {
         eprintln!("xtask: no test skipped");

@@ -246,3 +246,35 @@ pub(crate) fn swarm_setup() -> Result<()> {
     );
     Ok(())
 }
+
+/// The ids of the swarm's services with Berth's session label (none when
+/// there is no swarm fixture).
+pub(crate) fn berth_services() -> Vec<String> {
+    if !Path::new(ENV_FILE).is_file() {
+        return Vec::new();
+    }
+    output(docker("n1").args(["service", "ls", "-q", "--filter", "label=berth.session"]))
+        .map(|ids| ids.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Removes the services that appeared during the run and are still
+/// there (a failed assertion skips a test's `berth rm`). Says how many.
+pub(crate) fn sweep_test_services(before: &[String]) {
+    let left: Vec<String> = berth_services()
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect();
+    if left.is_empty() {
+        return;
+    }
+    eprintln!(
+        "xtask: removing {} swarm service(s) the tests left behind",
+        left.len()
+    );
+    let _ = docker("n1")
+        .args(["service", "rm"])
+        .args(&left)
+        .stdout(std::process::Stdio::null())
+        .status();
+}

@@ -42,6 +42,8 @@ __all__ = [
     "Conflict",
     "PathRefused",
     "Unauthorized",
+    "PlacementFailed",
+    "Stale",
     "TooLarge",
     "default_socket",
 ]
@@ -96,6 +98,18 @@ class TooLarge(BerthError):
     """A body over the server's limits."""
 
 
+class PlacementFailed(BerthError):
+    """A scheduler (the swarm) did not run the sandbox in time; ``message``
+    carries its reason (``no suitable node …``). A create that fails so
+    leaves nothing behind."""
+
+
+class Stale(Conflict):
+    """The sandbox's instance was replaced by its scheduler (node lost);
+    the command did not run. Running it again resumes the sandbox where
+    it was placed."""
+
+
 def _error_class(status: int, code: str) -> type:
     if status == 401:
         return Unauthorized
@@ -103,6 +117,10 @@ def _error_class(status: int, code: str) -> type:
         return PathRefused
     if status == 413 or code == "too_large":
         return TooLarge
+    if code == "placement":
+        return PlacementFailed
+    if code == "stale":
+        return Stale
     if status == 404:
         return NotFound
     if status == 409:
@@ -368,7 +386,9 @@ class Berth:
         """Creates (and by default starts) a sandbox. ``options`` are the
         other fields of ``POST /v1/sandboxes`` (``engine``, ``network``,
         ``expose``, ``memory``, ``cpus``, ``agent``, ``compress``,
-        ``dedup_keep``)."""
+        ``dedup_keep``; for ``backend="swarm"``, ``engine`` names a manager
+        and ``constraints``, ``reserve_memory``, ``reserve_cpus``,
+        ``pids_limit``, ``placement_timeout_secs`` place it)."""
         body = {"name": name, "start": start, **options}
         for key, value in (
             ("backend", backend),

@@ -74,14 +74,16 @@ pub struct SandboxSummary {
 pub struct CreateSandbox {
     /// Its name (the snapshot id grammar: letters, digits, `-`, `_`, `.`).
     pub name: String,
-    /// The backend kind. By default, `local`.
+    /// The backend kind: `local`, `docker`, or `swarm` (placed by a Docker
+    /// swarm; `engine` names a manager; the snapshot must be a shared
+    /// store). By default, `local`.
     #[serde(default)]
     pub backend: Option<String>,
     /// Docker: the image.
     #[serde(default)]
     pub image: Option<String>,
-    /// Docker: the engine (an endpoint or a context). By default, the
-    /// environment's.
+    /// Docker: the engine (an endpoint or a context); swarm: a manager's.
+    /// By default, the environment's (docker only).
     #[serde(default)]
     pub engine: Option<String>,
     /// Docker: the network. By default, `none`.
@@ -96,6 +98,23 @@ pub struct CreateSandbox {
     /// Docker: CPUs.
     #[serde(default)]
     pub cpus: Option<f64>,
+    /// Swarm: placement constraints (`node.labels.pool==gpu`). By
+    /// default, any node.
+    #[serde(default)]
+    pub constraints: Vec<String>,
+    /// Swarm: memory reserved on the node, in bytes. By default, none.
+    #[serde(default)]
+    pub reserve_memory: Option<u64>,
+    /// Swarm: CPUs reserved on the node. By default, none.
+    #[serde(default)]
+    pub reserve_cpus: Option<f64>,
+    /// Swarm: the pids limit. By default, 1024.
+    #[serde(default)]
+    pub pids_limit: Option<i64>,
+    /// Swarm: seconds a start waits for the swarm to run the sandbox. By
+    /// default, 60.
+    #[serde(default)]
+    pub placement_timeout_secs: Option<u64>,
     /// Docker: copy the in-container agent in. By default, yes.
     #[serde(default)]
     pub agent: Option<bool>,

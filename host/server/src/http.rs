@@ -87,6 +87,10 @@ impl From<berth::SandboxError> for ApiError {
             E::Backend(berth::BackendError::Unsupported { .. }) => {
                 (StatusCode::NOT_IMPLEMENTED, "unsupported")
             }
+            E::Backend(berth::BackendError::Placement { .. }) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "placement")
+            }
+            E::Backend(berth::BackendError::Stale { .. }) => (StatusCode::CONFLICT, "stale"),
             E::Backend(_) => (StatusCode::BAD_GATEWAY, "backend"),
             E::Spec(_) | E::UnknownBackend { .. } | E::NoGenerations { .. } => {
                 (StatusCode::BAD_REQUEST, "bad_request")

@@ -245,3 +245,16 @@ impl From<StorageError> for SandboxError {
         SandboxError::Store(e.into())
     }
 }
+
+impl SandboxError {
+    /// Whether the failed operation left nothing behind for the sandbox's
+    /// state to remember: a scheduler could not place a new sandbox and
+    /// the backend removed what it made ([`BackendError::Placement`]). A
+    /// create whose start fails so need not keep the sandbox.
+    pub fn left_nothing(&self) -> bool {
+        matches!(
+            self,
+            SandboxError::Backend(crate::backend::BackendError::Placement { .. })
+        )
+    }
+}

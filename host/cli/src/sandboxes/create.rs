@@ -273,23 +273,16 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     // known, so `berth start` can retry and `berth rm` can clean it up.
     // A placement that failed left nothing behind (the backend removed
     // what it made): nothing to remember either.
-    let placement_failed = matches!(
-        &started,
-        Err(berth::SandboxError::Backend(
-            berth::BackendError::Placement { .. }
-        ))
-    );
-    if !placement_failed {
-        save(&home, &saved)?;
-    }
-    if placement_failed {
-        if let Err(e) = started {
+    let started = match started {
+        Err(e) if e.left_nothing() => {
             return Err(anyhow::Error::new(e).context(format!(
-                "{} was not created: the swarm could not place it, and nothing was left behind",
+                "{} was not created: its backend could not place it, and nothing was left behind",
                 args.name
             )));
         }
-    }
+        other => other,
+    };
+    save(&home, &saved)?;
     if let Err(e) = started {
         return Err(anyhow::Error::new(e).context(format!(
             "{} was created but did not start; `berth start {}` retries, `berth rm {}` removes it",

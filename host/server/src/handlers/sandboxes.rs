@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use berth::backend::docker::swarm::SwarmOptions;
 use berth::backend::docker::DockerOptions;
 use berth::backend::local::LocalOptions;
 use berth::sandbox::{
@@ -103,8 +104,14 @@ pub(crate) fn create(inner: Arc<Inner>, call: Call) -> Answer {
             freeze: true,
             state: sandbox.state(),
         };
-        // Saved even when start failed: what start made stays reachable.
-        named.save(&r)?;
+        // Saved even when start failed: what start made stays reachable
+        // (unless it made nothing: a placement that failed).
+        if !started
+            .as_ref()
+            .is_err_and(berth::SandboxError::left_nothing)
+        {
+            named.save(&r)?;
+        }
         started?;
         Ok(json_reply(&record(&r)))
     }
@@ -149,7 +156,12 @@ fn spec_of(
         || body.network.is_some()
         || !body.expose.is_empty()
         || body.memory.is_some()
-        || body.cpus.is_some();
+        || body.cpus.is_some()
+        || !body.constraints.is_empty()
+        || body.reserve_memory.is_some()
+        || body.reserve_cpus.is_some()
+        || body.pids_limit.is_some()
+        || body.placement_timeout_secs.is_some();
     let backend = match kind {
         berth::backend::docker::KIND => {
             let image = body
@@ -180,15 +192,58 @@ fn spec_of(
             }
             BackendSpec::new(o)
         }
+        berth::backend::docker::swarm::KIND => {
+            let image = body
+                .image
+                .clone()
+                .ok_or_else(|| ApiError::bad_request("backend swarm needs `image`"))?;
+            let manager = body.engine.clone().ok_or_else(|| {
+                ApiError::bad_request(
+                    "backend swarm needs `engine`: a swarm manager's endpoint or Docker context",
+                )
+            })?;
+            if !body.expose.is_empty() {
+                return Err(ApiError::bad_request(
+                    "`expose` is a docker-backend option; a swarm sandbox publishes no port",
+                ));
+            }
+            let mut o = SwarmOptions::new(manager, image).agent(body.agent.unwrap_or(true));
+            if let Some(m) = body.memory {
+                o = o.memory(m as i64);
+            }
+            if let Some(c) = body.cpus {
+                o = o.cpus(c);
+            }
+            if let Some(p) = body.pids_limit {
+                o = o.pids_limit(p);
+            }
+            if let Some(m) = body.reserve_memory {
+                o = o.reserve_memory(m as i64);
+            }
+            if let Some(c) = body.reserve_cpus {
+                o = o.reserve_cpus(c);
+            }
+            for c in &body.constraints {
+                o = o.constraint(c.clone());
+            }
+            if let Some(n) = body.network.as_deref().filter(|n| *n != "none") {
+                o = o.network(n);
+            }
+            if let Some(t) = body.placement_timeout_secs {
+                o = o.placement_timeout(std::time::Duration::from_secs(t));
+            }
+            BackendSpec::new(o)
+        }
         berth::backend::local::KIND if !docker_only => BackendSpec::new(LocalOptions::default()),
         berth::backend::local::KIND => {
             return Err(ApiError::bad_request(
-                "`image`, `engine`, `network`, `expose`, `memory` and `cpus` need backend docker",
+                "`image`, `engine`, `network`, `expose`, `memory` and `cpus` need backend docker (or swarm); \
+                 `constraints`, `reserve_memory`, `reserve_cpus`, `pids_limit` and `placement_timeout_secs` need backend swarm",
             ))
         }
         other => {
             return Err(ApiError::bad_request(format!(
-                "backend {other:?} is not one this server knows (local, docker)"
+                "backend {other:?} is not one this server knows (local, docker, swarm)"
             )))
         }
     };

@@ -37,11 +37,21 @@ fn unreachable(message: String, source: Option<BackendError>) -> BackendError {
     }
 }
 
+/// The manager's own answer is this backend's operation error (a 404 keeps
+/// the Docker variant, so "not found" is told apart); anything else means
+/// the manager stopped answering.
 fn swarm_error(operation: &'static str, e: bollard::errors::Error) -> BackendError {
     match e {
-        bollard::errors::Error::DockerResponseServerError { .. } => BackendError::Docker {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        } => BackendError::Docker {
             operation,
             source: e,
+        },
+        bollard::errors::Error::DockerResponseServerError { .. } => BackendError::Operation {
+            backend: BACKEND,
+            operation,
+            source: Box::new(e),
         },
         other => unreachable(
             format!("{operation}: the swarm manager stopped answering"),
