@@ -375,26 +375,49 @@ fn with_the_leader_lost_sandboxes_are_reached_through_the_other_managers() {
         .map(|(i, n)| s.populate_and_stop(n, 0x1EAD_0000 + i as u64))
         .collect();
     let nodes: Vec<String> = names.iter().map(|n| s.node_of(n)).collect();
-    assert!(
-        nodes.contains(&leader),
-        "no sandbox on the leader {leader}: {nodes:?}"
-    );
+    let on_leader = nodes
+        .iter()
+        .position(|n| *n == leader)
+        .unwrap_or_else(|| panic!("no sandbox on the leader {leader}: {nodes:?}"));
+    let name = names[on_leader].clone();
+    s.exec(&name, "echo unsaved > unsaved");
+    let state = berth_state(s.home(), &name);
+    let task = state
+        .backend
+        .decode::<SwarmState>()
+        .unwrap()
+        .current
+        .unwrap();
 
     s.swarm.cut_link(&leader);
     let cut_at = Instant::now();
-    for (i, name) in names.iter().enumerate() {
+    // The remaining managers elect a leader, see the node down and
+    // replace its task.
+    s.swarm.wait_task_replaced(
+        &format!("berth-{}", state.session_id),
+        &task.task,
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        s.listing(&name),
+        listings[on_leader],
+        "{name} after the leader was lost"
+    );
+    eprintln!(
+        "leader lost → {name} usable on another node: {:?}",
+        cut_at.elapsed()
+    );
+    assert_ne!(s.node_of(&name), leader);
+    assert_eq!(
+        s.exec(&name, "test -e unsaved && echo stale || echo clean"),
+        "clean\n"
+    );
+    for (i, other) in names.iter().enumerate() {
         assert_eq!(
-            s.listing(name),
+            s.listing(other),
             listings[i],
-            "{name} after the leader was lost"
+            "{other} after the leader was lost"
         );
-        if nodes[i] == leader {
-            assert_ne!(s.node_of(name), leader);
-            eprintln!(
-                "leader lost → {name} usable on another node: {:?}",
-                cut_at.elapsed()
-            );
-        }
     }
     assert_ne!(s.swarm.leader(), leader, "no new leader was elected");
     s.swarm.restore_link(&leader);

@@ -77,11 +77,12 @@ impl Swarm {
         format!("unix://{}/{node}/docker.sock", self.dir)
     }
 
-    /// `docker -H NODE ARGS…`.
+    /// `docker -H NODE ARGS…`, given 15 s (a manager cut off from the
+    /// others can hold an answer until its election times out).
     pub fn docker(&self, node: &str, args: &[&str]) -> Result<String, String> {
         output(
-            Command::new("docker")
-                .arg("-H")
+            Command::new("timeout")
+                .args(["15", "docker", "-H"])
                 .arg(self.socket(node))
                 .args(args),
         )
