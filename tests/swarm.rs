@@ -562,8 +562,8 @@ impl berth::conformance::BackendUnderTest for SwarmUnderTest {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_swarm_backend_keeps_the_lifecycles_promises() {
+#[test]
+fn the_swarm_backend_keeps_the_lifecycles_promises() {
     let _serial = serial();
     let Some(s) = setup("the_swarm_backend_keeps_the_lifecycles_promises") else {
         return;
@@ -573,7 +573,14 @@ async fn the_swarm_backend_keeps_the_lifecycles_promises() {
         swarm: s.swarm.clone(),
         manifest: s.manifest.clone(),
     };
-    let report = berth::conformance::check_backend(&under_test, &s.home().join("suite")).await;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(berth::conformance::check_backend(
+        &under_test,
+        &s.home().join("suite"),
+    ));
     assert!(report.passed(), "{}", report.table());
     for clause in [
         "round-trip-after-instance-removed",
