@@ -664,3 +664,44 @@ print("ok")
         "a service was left behind"
     );
 }
+
+#[test]
+fn a_service_removed_behind_berths_back_is_created_again_and_restored() {
+    let _serial = serial();
+    let Some(s) = setup("a_service_removed_behind_berths_back_is_created_again_and_restored")
+    else {
+        return;
+    };
+    s.create("gone", &["--pids-limit", "300", "--memory", "256MiB"]);
+    let listing = s.populate_and_stop("gone", 0x6011E);
+    s.exec("gone", "echo unsaved > unsaved");
+    let state = berth_state(s.home(), "gone");
+    let service = format!("berth-{}", state.session_id);
+    s.swarm
+        .docker(&s.swarm.any_manager(), &["service", "rm", &service])
+        .unwrap();
+    // From a fresh process: the service is made again, with the same
+    // settings, and the last stop restored into its new task.
+    assert_eq!(s.listing("gone"), listing);
+    assert_eq!(
+        s.exec("gone", "test -e unsaved && echo stale || echo clean"),
+        "clean\n"
+    );
+    let limits = s
+        .swarm
+        .docker(
+            &s.swarm.any_manager(),
+            &[
+                "service",
+                "inspect",
+                &service,
+                "--format",
+                "{{.Spec.TaskTemplate.Resources.Limits.Pids}} {{.Spec.TaskTemplate.Resources.Limits.MemoryBytes}}",
+            ],
+        )
+        .unwrap();
+    assert_eq!(limits, format!("300 {}", 256u64 << 20));
+    let history = s.swarm_state("gone").history;
+    assert_eq!(history.len(), 2, "{history:?}");
+    s.remove_all(&["gone".to_string()]);
+}
