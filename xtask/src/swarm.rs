@@ -272,9 +272,22 @@ pub(crate) fn sweep_test_services(before: &[String]) {
         "xtask: removing {} swarm service(s) the tests left behind",
         left.len()
     );
-    let _ = docker("n1")
-        .args(["service", "rm"])
-        .args(&left)
-        .stdout(std::process::Stdio::null())
-        .status();
+    // Through any manager that answers (one that just rejoined may have no
+    // leader yet), a few times.
+    for _ in 0..10 {
+        for node in NODES {
+            let removed = docker(node)
+                .args(["service", "rm"])
+                .args(&left)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if removed {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    eprintln!("xtask: warning: could not remove the swarm services {left:?}");
 }
