@@ -347,7 +347,26 @@ impl SwarmBackend {
             pull: PullPolicy::Never,
             agent: self.state.agent,
         };
-        let backend = DockerBackend::connect(state, &self.session_id, None).await?;
+        // A killed daemon's socket can still accept (a child kept the
+        // listening descriptor) and never answer: bounded as below.
+        let backend = match tokio::time::timeout(
+            NODE_CALL,
+            DockerBackend::connect(state, &self.session_id, None),
+        )
+        .await
+        {
+            Ok(connected) => connected?,
+            Err(_) => {
+                return Err(BackendError::Unreachable {
+                    backend: BACKEND,
+                    message: format!(
+                        "node {node_id}'s engine {engine} did not answer within {} s",
+                        NODE_CALL.as_secs()
+                    ),
+                    source: None,
+                })
+            }
+        };
         // A node cut off from the other managers can hold this answer
         // until its election times out: not answering in time is
         // unreachable, and the placement waits for the swarm to notice.
