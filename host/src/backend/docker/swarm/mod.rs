@@ -26,6 +26,37 @@
 //! Managers: the state records every manager's engine (from their
 //! `berth.engine` labels), tried in turn, so losing the leader costs an
 //! election, not the sandbox.
+//!
+//! # Example
+//!
+//! A sandbox the swarm places on a node of the `cpu` pool with 2 GiB free,
+//! its snapshots in a shared store (a local snapshot is refused):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use berth::backend::docker::swarm::SwarmOptions;
+//! use berth::sandbox::{BackendSpec, SandboxClient, SandboxSpec, SnapshotSpec};
+//! use berth::{ExecRequest, WorkspaceSpec};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = SandboxClient::new("/var/lib/berth");
+//! let options = SwarmOptions::new("unix:///var/run/docker.sock", "python:3.12-slim")
+//!     .constraint("node.labels.pool==cpu")
+//!     .reserve_memory(2 << 30)
+//!     .memory(4 << 30);
+//! let spec = SandboxSpec::new(WorkspaceSpec::default())
+//!     .snapshot(SnapshotSpec::Remote { plugin: "s3-store.toml".into() })
+//!     .backend(BackendSpec::new(options));
+//! let mut sandbox = client.create(spec).await?;
+//! sandbox.start().await?; // waits for the swarm to run the task
+//! let result = sandbox
+//!     .exec(ExecRequest::new("python3 -V", Duration::from_secs(60)))
+//!     .await?;
+//! println!("{}", result.stdout_text());
+//! sandbox.stop().await?; // persisted; if the node is lost, the next
+//!                        // resume restores this on another node
+//! # Ok(()) }
+//! ```
 
 mod isolation;
 mod manager;
