@@ -67,14 +67,7 @@ fn start_engine2(e: &Engine2) {
         .create(true)
         .open(&e.log)
         .unwrap();
-    let status = Command::new("setsid")
-        .args(["-f", "sh", &e.start])
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    berth_tests::start_detached(&e.start, log);
     let t = Instant::now();
     while !engine2_answers(e) {
         assert!(

@@ -386,6 +386,20 @@ pub fn engine2_or_skip(test: &str) -> Option<Engine2> {
     }
 }
 
+/// Runs the shell script `script` (a daemon's start script that setup
+/// wrote) detached with `setsid -f`, its output to `log`, as setup starts
+/// it; the caller waits for the daemon to answer.
+pub fn start_detached(script: &str, log: std::fs::File) {
+    let status = std::process::Command::new("setsid")
+        .args(["-f", "sh", script])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .status()
+        .unwrap();
+    assert!(status.success(), "setsid -f sh {script}: {status}");
+}
+
 /// Reports that `test` was skipped and why: on stderr (hidden by libtest
 /// when the test passes) and as a line in `$BERTH_SKIP_LOG`, which
 /// `cargo xtask test` truncates before the run and prints after it, so a

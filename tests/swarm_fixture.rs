@@ -165,16 +165,7 @@ impl Swarm {
             return;
         }
         let log = std::fs::File::create(format!("{}/{node}/dockerd.log", self.dir)).unwrap();
-        let status = Command::new("setsid")
-            .arg("-f")
-            .arg("sh")
-            .arg(format!("{}/{node}/start.sh", self.dir))
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        crate::start_detached(&format!("{}/{node}/start.sh", self.dir), log);
         let started = Instant::now();
         while !self.answers(node) {
             assert!(
@@ -223,28 +214,36 @@ impl Swarm {
         }
     }
 
+    /// The tasks of `service` the swarm wants running: id and current
+    /// state (`Running 3 seconds ago`), as `docker service ps` says.
+    pub fn wanted_tasks(&self, service: &str) -> Vec<(String, String)> {
+        self.docker(
+            &self.any_manager(),
+            &[
+                "service",
+                "ps",
+                service,
+                "--filter",
+                "desired-state=running",
+                "--no-trunc",
+                "--format",
+                "{{.ID}} {{.CurrentState}}",
+            ],
+        )
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(id, state)| (id.to_string(), state.to_string()))
+        .collect()
+    }
+
     /// Waits until the swarm has stopped wanting `task` to run (it noticed
     /// its node is lost and rescheduled it).
     pub fn wait_task_replaced(&self, service: &str, task: &str, within: Duration) {
         let started = Instant::now();
         loop {
-            let m = self.any_manager();
-            let running = self
-                .docker(
-                    &m,
-                    &[
-                        "service",
-                        "ps",
-                        service,
-                        "--filter",
-                        "desired-state=running",
-                        "--no-trunc",
-                        "--format",
-                        "{{.ID}}",
-                    ],
-                )
-                .unwrap_or_default();
-            if !running.is_empty() && !running.lines().any(|l| l == task) {
+            let wanted = self.wanted_tasks(service);
+            if !wanted.is_empty() && !wanted.iter().any(|(id, _)| id == task) {
                 return;
             }
             assert!(

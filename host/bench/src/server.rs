@@ -20,13 +20,15 @@ fn berth_bin() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-fn berth(home: &Path) -> anyhow::Result<Command> {
+/// `berth` with `BERTH_HOME=home`, through the server (on demand).
+pub(super) fn berth(home: &Path) -> anyhow::Result<Command> {
     let mut c = Command::new(berth_bin()?);
     c.env("BERTH_HOME", home).env_remove("BERTH_NO_SERVER");
     Ok(c)
 }
 
-fn ok(cmd: &mut Command) -> anyhow::Result<String> {
+/// Runs `cmd`, which must succeed; its stdout.
+pub(super) fn ok(cmd: &mut Command) -> anyhow::Result<String> {
     let out = cmd.stderr(Stdio::piped()).output()?;
     anyhow::ensure!(
         out.status.success(),

@@ -5,30 +5,12 @@
 //! swarm alone rescheduling a plain service.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_tests::swarm_fixture::{NodeGuard, Swarm};
 
+use super::server::{berth, ok};
 use super::*;
-
-fn berth(home: &Path) -> anyhow::Result<Command> {
-    let bin = std::env::current_exe()?.with_file_name("berth");
-    anyhow::ensure!(bin.is_file(), "{} is missing", bin.display());
-    let mut c = Command::new(bin);
-    c.env("BERTH_HOME", home).env_remove("BERTH_NO_SERVER");
-    Ok(c)
-}
-
-fn ok(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.stderr(Stdio::piped()).output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 fn swarm() -> anyhow::Result<Swarm> {
     anyhow::ensure!(
@@ -39,33 +21,17 @@ fn swarm() -> anyhow::Result<Swarm> {
         .ok_or_else(|| anyhow::anyhow!("the swarm fixture does not answer"))
 }
 
-/// Seconds until `service`'s task runs (the docker CLI polled as a user's
-/// script would).
+/// The id of `service`'s running task (other than `not`), polled until
+/// there is one, as a user's script would.
 fn wait_running(swarm: &Swarm, service: &str, not: Option<&str>) -> anyhow::Result<String> {
     let started = Instant::now();
     loop {
-        let m = swarm.any_manager();
-        let line = swarm
-            .docker(
-                &m,
-                &[
-                    "service",
-                    "ps",
-                    service,
-                    "--filter",
-                    "desired-state=running",
-                    "--no-trunc",
-                    "--format",
-                    "{{.ID}} {{.CurrentState}}",
-                ],
-            )
-            .unwrap_or_default();
-        if let Some(id) = line
-            .lines()
-            .find(|l| l.contains("Running") && not.is_none_or(|n| !l.starts_with(n)))
-            .and_then(|l| l.split_whitespace().next())
+        if let Some((id, _)) = swarm
+            .wanted_tasks(service)
+            .into_iter()
+            .find(|(id, state)| state.starts_with("Running") && not != Some(id.as_str()))
         {
-            return Ok(id.to_string());
+            return Ok(id);
         }
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(120),
