@@ -27,10 +27,11 @@
 
 use std::collections::HashSet;
 use std::io::{self, Read, Write};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use crate::byte_pipe::{self, PipeReader};
+use crate::workspace::tree::{EntryKind, Timestamp, TreeEntry};
 
 /// Caps on what an archive may contain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -145,6 +146,13 @@ fn normalise(raw: &[u8]) -> Result<Option<PathBuf>, ArchiveError> {
     })
 }
 
+/// [`normalise`] as bytes: empty for the archive root.
+pub(crate) fn normalise_bytes(raw: &[u8]) -> Result<Vec<u8>, ArchiveError> {
+    Ok(normalise(raw)?
+        .map(|p| p.into_os_string().into_vec())
+        .unwrap_or_default())
+}
+
 /// Validates `source` and, if `sink` is given, writes a clean copy to it.
 pub fn filter<R: Read, W: Write>(
     source: R,
@@ -164,19 +172,24 @@ pub fn filter_under<R: Read, W: Write>(
     prefix: Option<&Path>,
 ) -> Result<ArchiveStats, ArchiveError> {
     let mut archive = tar::Archive::new(source);
-    let mut builder = sink.map(tar::Builder::new);
-    let under = |p: &Path| -> PathBuf {
+    let mut out = sink.map(|w| CleanWriter { out: w });
+    let under = |p: &Path| -> Vec<u8> {
         match prefix {
-            Some(dir) => dir.join(p),
-            None => p.to_path_buf(),
+            Some(dir) => dir.join(p).into_os_string().into_vec(),
+            None => p.as_os_str().as_bytes().to_vec(),
         }
     };
-    if let (Some(b), Some(dir)) = (builder.as_mut(), prefix) {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_size(0);
-        h.set_mode(0o700);
-        b.append_data(&mut h, dir, io::empty())?;
+    let prefix_entry = |mtime: Timestamp| TreeEntry {
+        path: prefix.map(|d| d.as_os_str().as_bytes().to_vec()).unwrap_or_default(),
+        kind: EntryKind::Dir,
+        mode: 0o700,
+        size: 0,
+        mtime,
+        link: Vec::new(),
+        identity: None,
+    };
+    if let (Some(o), Some(_)) = (out.as_mut(), prefix) {
+        o.entry(&prefix_entry(Timestamp::default()), None)?;
     }
     let mut symlinks: HashSet<PathBuf> = HashSet::new();
     let mut files: HashSet<PathBuf> = HashSet::new();
@@ -190,8 +203,24 @@ pub fn filter_under<R: Read, W: Write>(
             return Err(ArchiveError::TooManyEntries(limits.max_entries));
         }
         let raw = entry.path_bytes().into_owned();
+        let header = entry.header().clone();
+        let mtime = crate::workspace::tree::pax_mtime(&mut entry).unwrap_or(Timestamp {
+            sec: header.mtime().unwrap_or(0) as i64,
+            nsec: 0,
+        });
         let Some(path) = normalise(&raw)? else {
-            continue; // "." itself
+            // "." itself: only its time is kept (a directory's mode is
+            // the workspace's own).
+            if header.entry_type() == tar::EntryType::Directory {
+                if let Some(o) = out.as_mut() {
+                    let mut root = prefix_entry(mtime);
+                    if prefix.is_none() {
+                        root.mode = header.mode().map_err(corrupt)? & 0o777 | 0o700;
+                    }
+                    o.entry(&root, None)?;
+                }
+            }
+            continue;
         };
         // Nothing may go through, or replace, a symlink this archive made.
         for ancestor in path.ancestors().skip(1) {
@@ -208,12 +237,19 @@ pub fn filter_under<R: Read, W: Write>(
                 link: path.display().to_string(),
             });
         }
-        let header = entry.header().clone();
         let kind = header.entry_type();
         // The entry's full size: for a GNU sparse entry, holes included.
         let size = entry.size();
         let mode = header.mode().map_err(corrupt)? & 0o777;
-        let mtime = header.mtime().unwrap_or(0);
+        let clean = |kind: EntryKind, mode: u32, size: u64, link: Vec<u8>| TreeEntry {
+            path: under(&path),
+            kind,
+            mode,
+            size,
+            mtime,
+            link,
+            identity: None,
+        };
         use tar::EntryType as T;
         match kind {
             T::Regular | T::Continuous | T::GNUSparse => {
@@ -222,26 +258,20 @@ pub fn filter_under<R: Read, W: Write>(
                     return Err(ArchiveError::TooLarge(limits.max_bytes));
                 }
                 files.insert(path.clone());
-                if let Some(b) = builder.as_mut() {
-                    let mut h = tar::Header::new_gnu();
-                    h.set_entry_type(T::Regular);
-                    h.set_size(size);
-                    h.set_mode(mode);
-                    h.set_mtime(mtime);
-                    b.append_data(&mut h, under(&path), &mut entry)?;
-                } else {
-                    io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
+                match out.as_mut() {
+                    Some(o) => o.entry(
+                        &clean(EntryKind::File, mode, size, Vec::new()),
+                        Some(&mut entry),
+                    )?,
+                    None => {
+                        io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
+                    }
                 }
             }
             T::Directory => {
                 files.remove(&path);
-                if let Some(b) = builder.as_mut() {
-                    let mut h = tar::Header::new_gnu();
-                    h.set_entry_type(T::Directory);
-                    h.set_size(0);
-                    h.set_mode(mode | 0o700);
-                    h.set_mtime(mtime);
-                    b.append_data(&mut h, under(&path), io::empty())?;
+                if let Some(o) = out.as_mut() {
+                    o.entry(&clean(EntryKind::Dir, mode | 0o700, 0, Vec::new()), None)?;
                 }
             }
             T::Symlink => {
@@ -253,17 +283,8 @@ pub fn filter_under<R: Read, W: Write>(
                     })?;
                 files.remove(&path);
                 symlinks.insert(path.clone());
-                if let Some(b) = builder.as_mut() {
-                    let mut h = tar::Header::new_gnu();
-                    h.set_entry_type(T::Symlink);
-                    h.set_size(0);
-                    h.set_mode(0o777);
-                    h.set_mtime(mtime);
-                    b.append_link(
-                        &mut h,
-                        under(&path),
-                        Path::new(std::ffi::OsStr::from_bytes(&target)),
-                    )?;
+                if let Some(o) = out.as_mut() {
+                    o.entry(&clean(EntryKind::Symlink, 0o777, 0, target), None)?;
                 }
             }
             T::Link => {
@@ -278,13 +299,8 @@ pub fn filter_under<R: Read, W: Write>(
                 match target {
                     Some(t) if files.contains(&t) => {
                         files.insert(path.clone());
-                        if let Some(b) = builder.as_mut() {
-                            let mut h = tar::Header::new_gnu();
-                            h.set_entry_type(T::Link);
-                            h.set_size(0);
-                            h.set_mode(mode);
-                            h.set_mtime(mtime);
-                            b.append_link(&mut h, under(&path), under(&t))?;
+                        if let Some(o) = out.as_mut() {
+                            o.entry(&clean(EntryKind::Hardlink, mode, 0, under(&t)), None)?;
                         }
                     }
                     _ => {
@@ -301,10 +317,43 @@ pub fn filter_under<R: Read, W: Write>(
             _ => return Err(special(&raw, "special or unknown entry type")),
         }
     }
-    if let Some(b) = builder {
-        b.into_inner()?.flush()?;
+    if let Some(o) = out {
+        o.finish()?;
     }
     Ok(stats)
+}
+
+/// Writes a clean archive: every header rendered by
+/// [`render_header`](crate::workspace::tree::render_header), so times keep
+/// their nanoseconds.
+struct CleanWriter<W: Write> {
+    out: W,
+}
+
+impl<W: Write> CleanWriter<W> {
+    fn entry(&mut self, entry: &TreeEntry, data: Option<&mut dyn Read>) -> Result<(), ArchiveError> {
+        self.out.write_all(&crate::workspace::tree::render_header(entry)?)?;
+        if let Some(data) = data {
+            let copied = io::copy(&mut data.take(entry.size), &mut self.out)?;
+            if copied != entry.size {
+                return Err(ArchiveError::Corrupt(format!(
+                    "{} ends after {copied} of its {} bytes",
+                    String::from_utf8_lossy(&entry.path),
+                    entry.size
+                )));
+            }
+            let pad = crate::workspace::tree::padding(entry.size) as usize;
+            self.out.write_all(&[0u8; 512][..pad])?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<(), ArchiveError> {
+        self.out
+            .write_all(&[0u8; crate::workspace::tree::END_OF_ARCHIVE])?;
+        self.out.flush()?;
+        Ok(())
+    }
 }
 
 fn special(raw: &[u8], kind: &'static str) -> ArchiveError {
@@ -336,8 +385,26 @@ pub fn pack_dir(root: PathBuf, exclude: Vec<PathBuf>) -> PipeReader {
 
 /// The blocking core of [`pack_dir`]: writes the tar of `root` to `sink`.
 pub fn write_tar<W: Write>(root: &Path, exclude: &[PathBuf], sink: W) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     let mut builder = tar::Builder::new(sink);
     builder.follow_symlinks(false);
+    // The root's own time, as "./".
+    let meta = std::fs::symlink_metadata(root)?;
+    let root_entry = TreeEntry {
+        path: Vec::new(),
+        kind: EntryKind::Dir,
+        mode: meta.mode() & 0o7777,
+        size: 0,
+        mtime: Timestamp {
+            sec: meta.mtime(),
+            nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+        },
+        link: Vec::new(),
+        identity: None,
+    };
+    builder
+        .get_mut()
+        .write_all(&crate::workspace::tree::render_header(&root_entry)?)?;
     let mut walker = Walker {
         root,
         exclude,
@@ -371,6 +438,16 @@ impl Walker<'_> {
             let full = self.root.join(&rel_path);
             let meta = std::fs::symlink_metadata(&full)?;
             let ft = meta.file_type();
+            // Nanoseconds of the time, as GNU tar's POSIX format keeps them.
+            let nsec = meta.mtime_nsec();
+            if nsec != 0 && (ft.is_dir() || ft.is_file() || ft.is_symlink()) {
+                let time = Timestamp {
+                    sec: meta.mtime(),
+                    nsec: nsec.clamp(0, 999_999_999) as u32,
+                }
+                .pax();
+                builder.append_pax_extensions([("mtime", time.as_bytes())])?;
+            }
             if ft.is_dir() {
                 builder.append_path_with_name(&full, &rel_path)?;
                 self.walk(builder, &rel_path)?;
@@ -410,13 +487,21 @@ pub fn unpack_into<R: Read>(source: R, root: &Path) -> Result<ArchiveStats, Arch
     archive.set_unpack_xattrs(false);
     let corrupt = |e: io::Error| ArchiveError::Corrupt(describe_tar_error(&e));
     let mut stats = ArchiveStats::default();
-    let mut directory_times: Vec<(PathBuf, u64)> = Vec::new();
+    let mut directory_times: Vec<(PathBuf, Timestamp)> = Vec::new();
     for entry in archive.entries().map_err(corrupt)? {
         let mut entry = entry.map_err(corrupt)?;
         stats.entries += 1;
         stats.bytes += entry.size();
         let raw = entry.path_bytes().into_owned();
+        let mtime = crate::workspace::tree::pax_mtime(&mut entry).unwrap_or(Timestamp {
+            sec: entry.header().mtime().unwrap_or(0) as i64,
+            nsec: 0,
+        });
         let Some(path) = normalise(&raw)? else {
+            // The workspace root: its time, set last.
+            if entry.header().entry_type() == tar::EntryType::Directory {
+                directory_times.push((PathBuf::new(), mtime));
+            }
             continue;
         };
         let target = root.join(&path);
@@ -431,18 +516,21 @@ pub fn unpack_into<R: Read>(source: R, root: &Path) -> Result<ArchiveStats, Arch
         }
         match kind {
             tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
-                write_regular(&mut entry, root, &path)?;
+                write_regular(&mut entry, root, &path, mtime)?;
             }
             _ => {
                 if kind == tar::EntryType::Directory {
-                    if let Ok(mtime) = entry.header().mtime() {
-                        directory_times.push((path.clone(), mtime));
-                    }
+                    directory_times.push((path.clone(), mtime));
                 }
                 // `unpack_in` refuses paths that would land outside `root`,
                 // including through symlinks already on disk.
                 if !entry.unpack_in(root)? {
                     return Err(ArchiveError::ParentTraversal(display(&raw)));
+                }
+                if kind == tar::EntryType::Symlink {
+                    let time = filetime::FileTime::from_unix_time(mtime.sec, mtime.nsec);
+                    // A symlink's own time; not every filesystem keeps it.
+                    let _ = filetime::set_symlink_file_times(&target, time, time);
                 }
             }
         }
@@ -451,7 +539,7 @@ pub fn unpack_into<R: Read>(source: R, root: &Path) -> Result<ArchiveStats, Arch
     // recorded times last (deepest first does not matter: setting a time
     // does not touch the parent).
     for (path, mtime) in directory_times {
-        let time = filetime::FileTime::from_unix_time(mtime as i64, 0);
+        let time = filetime::FileTime::from_unix_time(mtime.sec, mtime.nsec);
         let target = root.join(&path);
         if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
             filetime::set_file_times(&target, time, time)?;
@@ -513,6 +601,7 @@ fn write_regular<R: Read>(
     entry: &mut tar::Entry<'_, R>,
     root: &Path,
     rel: &Path,
+    mtime: Timestamp,
 ) -> Result<(), ArchiveError> {
     use std::io::Seek;
     use std::os::unix::fs::PermissionsExt;
@@ -568,10 +657,8 @@ fn write_regular<R: Read>(
     file.set_len(size)?;
     let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
     file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    if let Ok(mtime) = entry.header().mtime() {
-        let time = filetime::FileTime::from_unix_time(mtime as i64, 0);
-        filetime::set_file_handle_times(&file, Some(time), Some(time))?;
-    }
+    let time = filetime::FileTime::from_unix_time(mtime.sec, mtime.nsec);
+    filetime::set_file_handle_times(&file, Some(time), Some(time))?;
     Ok(())
 }
 

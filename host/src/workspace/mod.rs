@@ -5,6 +5,7 @@
 pub mod archive;
 pub mod entries;
 pub mod spec;
+pub mod tree;
 
 pub use archive::{ArchiveError, ArchiveLimits, ArchiveStats};
 pub use spec::{Entry, WorkspaceSpec};
