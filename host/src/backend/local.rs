@@ -243,6 +243,25 @@ impl Backend for LocalBackend {
         )))
     }
 
+    async fn walk_workspace(
+        &self,
+        exclude: &[PathBuf],
+        known: crate::workspace::tree::KnownFiles,
+    ) -> Result<Option<super::TreeWalk>, BackendError> {
+        if !self.root_exists().await? {
+            return Err(Self::op_error(
+                "reading the workspace",
+                format!("{} does not exist", self.state.root_dir.display()),
+            ));
+        }
+        let root = self.state.root_dir.clone();
+        let exclude = exclude.to_vec();
+        let started = crate::workspace::tree::Timestamp::now();
+        Ok(Some(Box::new(move |emit| {
+            crate::workspace::tree::walk(&root, &exclude, &known, started, emit)
+        })))
+    }
+
     async fn write_archive(&self, stream: ArchiveStream) -> Result<(), BackendError> {
         archive::extract_stream(stream, self.state.root_dir.clone())
             .await

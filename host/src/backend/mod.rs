@@ -108,6 +108,16 @@ pub struct SandboxHelper {
 /// A tar stream of (or for) a workspace.
 pub type ArchiveStream = Box<dyn AsyncRead + Send + Unpin>;
 
+/// A walk of a workspace (see [`crate::workspace::tree`]): run on a
+/// blocking thread of the snapshot's choosing, it hands every item to
+/// the callback in order and returns its counts.
+pub type TreeWalk = Box<
+    dyn FnOnce(
+            &mut dyn FnMut(crate::workspace::tree::TreeItem) -> std::io::Result<()>,
+        ) -> std::io::Result<crate::workspace::tree::WalkStats>
+        + Send,
+>;
+
 /// A backend failure, saying what failed and what to do.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -313,6 +323,19 @@ pub trait Backend: Send + Sync {
     /// Extracts a tar stream (already validated by the archive filter) into
     /// the workspace root.
     async fn write_archive(&self, archive: ArchiveStream) -> Result<(), BackendError>;
+
+    /// A walk of the workspace root for a snapshot that records files
+    /// (leaving out `exclude`), which does not read the files `known`
+    /// matches (the files cache). By default, `None`: the backend streams
+    /// archives only, and the snapshot reads every byte of them.
+    async fn walk_workspace(
+        &self,
+        exclude: &[PathBuf],
+        known: crate::workspace::tree::KnownFiles,
+    ) -> Result<Option<TreeWalk>, BackendError> {
+        let _ = (exclude, known);
+        Ok(None)
+    }
 
     /// A directory name, inside the workspace root, where an archive can be
     /// extracted while it is still being validated and then moved into

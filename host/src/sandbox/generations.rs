@@ -2,7 +2,7 @@
 //! restore, collect garbage, delete what was stored.
 
 use super::{generations_of, Sandbox, SandboxError};
-use crate::snapshot::{DeleteReport, GcReport, Generations};
+use crate::snapshot::{DeleteReport, GcReport, GenerationNote, Generations, History, TreeDiff};
 
 impl Sandbox {
     pub(super) fn generations(&self) -> Result<&dyn Generations, SandboxError> {
@@ -32,6 +32,74 @@ impl Sandbox {
         self.state.snapshot.persist_pending = false;
         self.sync_snapshot_fields();
         Ok(())
+    }
+
+    /// The kept generations of a deduplicated snapshot, oldest first, each
+    /// with when and why it was written and what it changed; read from the
+    /// state (nothing is downloaded).
+    pub fn history(&self) -> Result<History, SandboxError> {
+        Ok(self.generations()?.history())
+    }
+
+    /// The paths generation `older` and generation `newer` differ by
+    /// (added, removed, modified: kind, mode, size, content or target),
+    /// read from their indexes without downloading any pack.
+    pub async fn diff(&self, older: u64, newer: u64) -> Result<TreeDiff, SandboxError> {
+        Ok(self.generations()?.diff(older, newer).await?)
+    }
+
+    /// Persists the workspace as a new generation recording `note` (a
+    /// command's checkpoint), leaving the sandbox running. As
+    /// [`stop`](Sandbox::stop) otherwise.
+    pub async fn checkpoint(&mut self, note: GenerationNote) -> Result<(), SandboxError> {
+        let running = self.running;
+        self.snapshot.note_next(note);
+        let stopped = self.stop().await;
+        self.running = running;
+        stopped
+    }
+
+    /// Makes the workspace generation `number` of its deduplicated
+    /// snapshot. The workspace as it is is saved first as a new generation
+    /// (so the rewind can itself be undone by rewinding to that one); then
+    /// the sandbox's instance is re-created and generation `number`
+    /// restored into it. Returns the number of the generation that saved
+    /// the workspace. Background processes do not survive a rewind.
+    ///
+    /// A generation that is not kept (collected, or never written) is an
+    /// error before anything is saved or removed.
+    pub async fn rewind(&mut self, number: u64) -> Result<u64, SandboxError> {
+        let generations = self.generations()?;
+        let history = generations.history();
+        if !history.generations.iter().any(|g| g.number == number) {
+            return Err(SandboxError::GenerationNotKept {
+                id: self.state.snapshot.id.to_string(),
+                number,
+                kept: generations.kept(),
+            });
+        }
+        generations.hold(Some(number));
+        let rewound = self.rewind_held(number).await;
+        if let Ok(g) = self.generations() {
+            g.hold(None);
+        }
+        self.sync_snapshot_fields();
+        self.save_state()?;
+        rewound
+    }
+
+    async fn rewind_held(&mut self, number: u64) -> Result<u64, SandboxError> {
+        if self.state.workspace_root_ready {
+            self.snapshot
+                .note_next(GenerationNote::BeforeRewind { to: number });
+            self.stop().await?;
+        }
+        let saved = self.generations()?.history().current.unwrap_or_default();
+        self.shutdown().await?;
+        self.select_generation(number)?;
+        self.save_state()?;
+        self.start().await?;
+        Ok(saved)
     }
 
     /// Deletes (or, with `dry_run`, lists) the objects of this sandbox's

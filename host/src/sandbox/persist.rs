@@ -152,6 +152,27 @@ impl Sandbox {
     }
 
     pub(super) async fn persist_into_snapshot(&self) -> Result<sealing::Seal, SandboxError> {
+        // A snapshot that records files is given a walk when the backend
+        // has one: unchanged files are not read (the files cache).
+        if let Some(known) = self.snapshot.known_files().await {
+            let instance = self.backend.instance_id().await?;
+            let known = known.for_instance(instance.as_deref());
+            let exclude = self.state.manifest.excluded_from_snapshots()?;
+            if let Some(walk) = self.backend.walk_workspace(&exclude, known).await? {
+                self.snapshot.persist_walk(walk, instance).await?;
+                let own =
+                    self.snapshot
+                        .own_seal()
+                        .ok_or_else(|| SandboxError::SnapshotContract {
+                            id: self.state.snapshot.id.to_string(),
+                            problem: "it does not record the walk it persisted",
+                        })?;
+                return Ok(sealing::Seal {
+                    digest: own.digest,
+                    size: own.size,
+                });
+            }
+        }
         let tar = self.persist_workspace().await?;
         let stored: Box<dyn AsyncRead + Send + Unpin> = if self.compresses() {
             Box::new(async_compression::tokio::bufread::ZstdEncoder::new(

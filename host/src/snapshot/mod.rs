@@ -14,8 +14,9 @@ mod noop;
 mod remote;
 
 pub use dedup::{
-    ChunkerParams, DedupOptions, DedupRecord, DedupSnapshot, GcReport, Generation, Keep, PackCache,
-    StopStats, DEFAULT_CACHE_BYTES, FORMAT_VERSION,
+    ChangeKind, Changes, ChunkerParams, DedupOptions, DedupRecord, DedupSnapshot, GcReport,
+    Generation, GenerationNote, Keep, PackCache, PathChange, StopStats, TreeDiff,
+    DEFAULT_CACHE_BYTES, FORMAT_VERSION,
 };
 pub use local::LocalSnapshot;
 pub use noop::NoopSnapshot;
@@ -42,6 +43,38 @@ pub trait SandboxSnapshot: Send + Sync {
     /// previous archive stays restorable if anything fails.
     async fn persist(&self, archive: &mut (dyn AsyncRead + Unpin + Send))
         -> Result<(), StoreError>;
+
+    /// Whether this snapshot records the workspace's files (so a walk can
+    /// be handed to [`SandboxSnapshot::persist_walk`]), and the files its
+    /// newest generation recorded, which a walk need not read. By
+    /// default, `None`: the snapshot takes archives only.
+    async fn known_files(&self) -> Option<crate::workspace::tree::KnownFiles> {
+        None
+    }
+
+    /// Persists a walk of the workspace instance `instance` (see
+    /// [`SandboxSnapshot::known_files`]); the previous generation stays
+    /// restorable if anything fails. By default, unsupported.
+    async fn persist_walk(
+        &self,
+        walk: crate::backend::TreeWalk,
+        instance: Option<String>,
+    ) -> Result<(), StoreError> {
+        let _ = (walk, instance);
+        Err(StoreError::Local {
+            what: "persisting a walk of the workspace",
+            source: std::io::Error::other(format!(
+                "a {} snapshot takes archives only",
+                self.kind()
+            )),
+        })
+    }
+
+    /// Records why the next generation is made (a command's checkpoint, a
+    /// rewind), for a snapshot that keeps generations. By default, ignored.
+    fn note_next(&self, note: GenerationNote) {
+        let _ = note;
+    }
 
     /// Streams the stored archive into `sink` and flushes it.
     async fn restore(&self, sink: &mut (dyn AsyncWrite + Unpin + Send)) -> Result<(), StoreError>;
@@ -161,6 +194,18 @@ pub trait Generations: Send + Sync {
     /// starts from.
     async fn fork_base(&self, number: Option<u64>) -> Result<ForkBase, StoreError>;
 
+    /// The kept generations, oldest first, and the one the workspace
+    /// descends from.
+    fn history(&self) -> History;
+
+    /// The paths generation `older` and generation `newer` differ by,
+    /// read from their indexes (nothing else is downloaded).
+    async fn diff(&self, older: u64, newer: u64) -> Result<TreeDiff, StoreError>;
+
+    /// Keeps generation `number` whatever the keep policy says until it is
+    /// released with `None` (a rewind to it is under way).
+    fn hold(&self, number: Option<u64>);
+
     /// Deletes (or lists) what a removal left for forks, except the
     /// generations whose index ids are in `bases` (the fork bases still in
     /// use) and what they need.
@@ -169,6 +214,16 @@ pub trait Generations: Send + Sync {
         bases: &std::collections::BTreeSet<String>,
         dry_run: bool,
     ) -> Result<DeleteReport, StoreError>;
+}
+
+/// A snapshot's kept generations (see [`Generations::history`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct History {
+    /// The kept generations, oldest first (pinned ones included).
+    pub generations: Vec<Generation>,
+    /// The generation the workspace descends from.
+    pub current: Option<u64>,
 }
 
 /// What [`SandboxSnapshot::delete_stored`] deleted and kept.

@@ -180,7 +180,9 @@ pub fn filter_under<R: Read, W: Write>(
         }
     };
     let prefix_entry = |mtime: Timestamp| TreeEntry {
-        path: prefix.map(|d| d.as_os_str().as_bytes().to_vec()).unwrap_or_default(),
+        path: prefix
+            .map(|d| d.as_os_str().as_bytes().to_vec())
+            .unwrap_or_default(),
         kind: EntryKind::Dir,
         mode: 0o700,
         size: 0,
@@ -331,8 +333,13 @@ struct CleanWriter<W: Write> {
 }
 
 impl<W: Write> CleanWriter<W> {
-    fn entry(&mut self, entry: &TreeEntry, data: Option<&mut dyn Read>) -> Result<(), ArchiveError> {
-        self.out.write_all(&crate::workspace::tree::render_header(entry)?)?;
+    fn entry(
+        &mut self,
+        entry: &TreeEntry,
+        data: Option<&mut dyn Read>,
+    ) -> Result<(), ArchiveError> {
+        self.out
+            .write_all(&crate::workspace::tree::render_header(entry)?)?;
         if let Some(data) = data {
             let copied = io::copy(&mut data.take(entry.size), &mut self.out)?;
             if copied != entry.size {

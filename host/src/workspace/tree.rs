@@ -708,13 +708,22 @@ mod tests {
 
     #[test]
     fn pax_times_round_trip() {
-        for (sec, nsec) in [(0, 0), (1, 5), (1_700_000_000, 123_456_789), (-2, 750_000_000), (-1, 1)] {
+        for (sec, nsec) in [
+            (0, 0),
+            (1, 5),
+            (1_700_000_000, 123_456_789),
+            (-2, 750_000_000),
+            (-1, 1),
+        ] {
             let t = Timestamp { sec, nsec };
             assert_eq!(Timestamp::parse_pax(&t.pax()), Some(t), "{}", t.pax());
         }
         assert_eq!(
             Timestamp::parse_pax("12.5"),
-            Some(Timestamp { sec: 12, nsec: 500_000_000 })
+            Some(Timestamp {
+                sec: 12,
+                nsec: 500_000_000
+            })
         );
     }
 
@@ -724,7 +733,10 @@ mod tests {
             kind,
             mode: 0o640,
             size,
-            mtime: Timestamp { sec: 1_600_000_000, nsec },
+            mtime: Timestamp {
+                sec: 1_600_000_000,
+                nsec,
+            },
             link: link.as_bytes().to_vec(),
             identity: None,
         }

@@ -183,7 +183,8 @@ pub(super) struct Chunker {
     mask_l: u64,
     pending: Vec<u8>,
     start: usize,
-    walker: TarWalker,
+    /// `None` for one file's content (no headers to find).
+    walker: Option<TarWalker>,
 }
 
 impl Chunker {
@@ -196,7 +197,16 @@ impl Chunker {
             mask_l,
             pending: Vec::with_capacity(2 * params.max as usize),
             start: 0,
-            walker: TarWalker::new(params.min as u64),
+            walker: Some(TarWalker::new(params.min as u64)),
+        }
+    }
+
+    /// A chunker for one file's content: FastCDC cuts only (the caller
+    /// finishes it at the file's end, which is a cut).
+    pub(super) fn for_file(params: ChunkerParams) -> Self {
+        Chunker {
+            walker: None,
+            ..Chunker::new(params)
         }
     }
 
@@ -207,9 +217,10 @@ impl Chunker {
         emit: &mut impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         while !data.is_empty() {
-            let (n, cut) = match self.walker.step(data) {
-                Step::Plain(n) => (n, false),
-                Step::CutAfter(n) => (n, true),
+            let (n, cut) = match self.walker.as_mut().map(|w| w.step(data)) {
+                None => (data.len(), false),
+                Some(Step::Plain(n)) => (n, false),
+                Some(Step::CutAfter(n)) => (n, true),
             };
             self.pending.extend_from_slice(&data[..n]);
             data = &data[n..];

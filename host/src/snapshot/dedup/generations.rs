@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::{DedupRecord, DedupSnapshot, GcReport, Generation, Keep};
-use crate::snapshot::{ArchiveSeal, DeleteReport, ForkBase, Generations};
+use crate::snapshot::{ArchiveSeal, DeleteReport, ForkBase, Generations, History, TreeDiff};
 use crate::store_error::StoreError;
 
 /// The state field holding a deduplicated snapshot's record.
@@ -56,6 +56,29 @@ impl Generations for DedupSnapshot {
 
     async fn collect_garbage(&self, dry_run: bool) -> Result<GcReport, StoreError> {
         DedupSnapshot::collect_garbage(self, dry_run).await
+    }
+
+    fn history(&self) -> History {
+        let record = self.record();
+        let mut generations: Vec<Generation> = record
+            .generations
+            .iter()
+            .chain(&record.pinned)
+            .cloned()
+            .collect();
+        generations.sort_by_key(|g| g.number);
+        History {
+            generations,
+            current: record.current,
+        }
+    }
+
+    async fn diff(&self, older: u64, newer: u64) -> Result<TreeDiff, StoreError> {
+        DedupSnapshot::diff(self, older, newer).await
+    }
+
+    fn hold(&self, number: Option<u64>) {
+        self.update_record(|r| r.hold = number);
     }
 
     async fn fork_base(&self, number: Option<u64>) -> Result<ForkBase, StoreError> {

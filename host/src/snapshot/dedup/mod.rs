@@ -16,6 +16,7 @@
 mod cache;
 mod chunker;
 mod delete;
+mod diff;
 mod format;
 mod gc;
 mod generations;
@@ -33,10 +34,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub use cache::{PackCache, DEFAULT_CACHE_BYTES};
 pub use chunker::ChunkerParams;
 pub use delete::Keep;
+pub use diff::{ChangeKind, PathChange, TreeDiff};
 pub use format::FORMAT_VERSION;
 pub use gc::GcReport;
 pub(crate) use generations::{record_fields, record_in};
-pub use record::{DedupRecord, Generation, StopStats};
+pub use record::{Changes, DedupRecord, Generation, GenerationNote, StopStats};
 
 use super::SandboxSnapshot;
 use crate::capped_writer::CappedWriter;
@@ -53,6 +55,7 @@ pub(crate) const KIND: &str = "dedup";
 #[derive(Debug, Clone)]
 pub struct DedupOptions {
     keep: u32,
+    keep_within: Option<std::time::Duration>,
     chunker: ChunkerParams,
     zstd_level: i32,
     cache: Option<PackCache>,
@@ -63,6 +66,7 @@ impl Default for DedupOptions {
     fn default() -> Self {
         DedupOptions {
             keep: 1,
+            keep_within: None,
             chunker: ChunkerParams::default(),
             zstd_level: 1,
             cache: None,
@@ -76,6 +80,14 @@ impl DedupOptions {
     /// A resumed snapshot keeps what its record says.
     pub fn keep(mut self, generations: u32) -> Self {
         self.keep = generations.max(1);
+        self
+    }
+
+    /// Also keep every generation written within `window` of the newest
+    /// one. By default, none (only `keep` counts). A resumed snapshot
+    /// keeps what its record says.
+    pub fn keep_within(mut self, window: Option<std::time::Duration>) -> Self {
+        self.keep_within = window;
         self
     }
 
@@ -138,8 +150,12 @@ impl DedupOptions {
 /// let stats = snapshot.record().last_stop.unwrap();
 /// assert_eq!((stats.generation, stats.upload_calls, stats.new_bytes), (2, 1, 0));
 /// let mut back = Vec::new();
-/// snapshot.restore(&mut back).await?;
-/// assert_eq!(back, tar);
+/// snapshot.restore(&mut back).await?; // the same tree, as a canonical tar
+/// let mut entries = tar::Archive::new(&back[..]);
+/// let names: Vec<String> = entries.entries()?
+///     .map(|e| Ok(e?.path()?.display().to_string()))
+///     .collect::<std::io::Result<_>>()?;
+/// assert_eq!(names, ["a.txt"]);
 /// # Ok(()) }
 /// ```
 pub struct DedupSnapshot {
@@ -152,6 +168,8 @@ pub struct DedupSnapshot {
     interrupted: bool,
     /// Indexes read or written in this process, by object id.
     indexes: Mutex<HashMap<String, Arc<Index>>>,
+    /// What the next stop's generation records about why it was made.
+    next_note: Mutex<Option<GenerationNote>>,
 }
 
 impl DedupSnapshot {
@@ -161,7 +179,8 @@ impl DedupSnapshot {
         client: Arc<dyn RemoteSnapshotClient>,
         options: DedupOptions,
     ) -> Self {
-        let record = DedupRecord::new(options.keep);
+        let mut record = DedupRecord::new(options.keep);
+        record.keep_within_secs = options.keep_within.map(|d| d.as_secs());
         Self::resume(id, client, record, false, options)
     }
 
@@ -182,6 +201,7 @@ impl DedupSnapshot {
             record: Mutex::new(record),
             interrupted,
             indexes: Mutex::new(HashMap::new()),
+            next_note: Mutex::new(None),
         }
     }
 
@@ -248,6 +268,50 @@ impl DedupSnapshot {
             .upload(&names::pin(&chosen.index), &mut &marker[..])
             .await?;
         Ok(chosen)
+    }
+
+    /// Records why the next stop's generation is made (a command's
+    /// checkpoint, a rewind); the next stop takes it.
+    pub fn note_next(&self, note: GenerationNote) {
+        if let Ok(mut n) = self.next_note.lock() {
+            *n = Some(note);
+        }
+    }
+
+    fn take_note(&self) -> Option<GenerationNote> {
+        self.next_note.lock().ok().and_then(|mut n| n.take())
+    }
+
+    /// The paths generation `older` and generation `newer` differ by,
+    /// read from their indexes (no pack is downloaded). Both must be kept
+    /// and written in format version 2.
+    pub async fn diff(&self, older: u64, newer: u64) -> Result<TreeDiff, StoreError> {
+        let a = self.kept_index(older).await?;
+        let b = self.kept_index(newer).await?;
+        Ok(diff::diff(&a, &b))
+    }
+
+    /// A kept generation's index, in format version 2.
+    async fn kept_index(&self, number: u64) -> Result<Arc<Index>, StoreError> {
+        let record = self.record();
+        let generation = record.find(number).cloned().ok_or_else(|| {
+            StoreError::Storage(StorageError::NotFound(format!(
+                "generation {number} of snapshot {} is not kept (kept: {})",
+                self.id,
+                record.kept_numbers()
+            )))
+        })?;
+        let index = self.index(&generation.index).await?;
+        if index.header.version < 2 {
+            return Err(StoreError::Format {
+                object: generation.index,
+                source: FormatError::Malformed {
+                    kind: "index",
+                    why: format!("generation {number} was written in format version 1, which does not record its files; stop the sandbox once to write one that does"),
+                },
+            });
+        }
+        Ok(index)
     }
 
     /// The snapshot's store.
@@ -345,6 +409,22 @@ impl SandboxSnapshot for DedupSnapshot {
         archive: &mut (dyn AsyncRead + Unpin + Send),
     ) -> Result<(), StoreError> {
         self.persist_generation(archive).await
+    }
+
+    async fn known_files(&self) -> Option<crate::workspace::tree::KnownFiles> {
+        Some(DedupSnapshot::known_files(self).await)
+    }
+
+    async fn persist_walk(
+        &self,
+        walk: crate::backend::TreeWalk,
+        instance: Option<String>,
+    ) -> Result<(), StoreError> {
+        DedupSnapshot::persist_walk(self, walk, instance).await
+    }
+
+    fn note_next(&self, note: GenerationNote) {
+        DedupSnapshot::note_next(self, note)
     }
 
     async fn restore(&self, sink: &mut (dyn AsyncWrite + Unpin + Send)) -> Result<(), StoreError> {

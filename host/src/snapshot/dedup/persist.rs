@@ -1,9 +1,13 @@
-//! A stop: tar → chunker → new chunks into packs → journal, packs → index
-//! (the commit) → record → collection of what the new generation dropped.
+//! A stop: workspace entries (walked with the files cache, or parsed from
+//! a tar) → each file's content into content-defined chunks → new chunks
+//! into packs → journal, packs → index (the commit) → record → collection
+//! of what the new generation dropped.
 //!
-//! Three parts run at once: the tar is read on the async side, chunked,
-//! hashed, compressed and packed on a blocking thread, and finished packs
-//! are uploaded on the async side while the next one is being built.
+//! Up to three parts run at once: the entries are produced (a walk on its
+//! own thread, or the tar read on the async side), chunked, hashed,
+//! compressed and packed on a blocking thread, and finished packs are
+//! uploaded on the async side while the next one is being built. A file
+//! the files cache matched is not read: its chunks are the parent's.
 
 use std::collections::HashMap;
 use std::io::BufWriter;
@@ -15,15 +19,24 @@ use tokio::sync::mpsc;
 
 use super::chunker::{Chunker, ChunkerParams};
 use super::format::{
-    names, ChunkId, ChunkLocation, Codec, Index, IndexEntry, IndexHeader, PackWriter,
+    names, ChunkId, ChunkLocation, Codec, Index, IndexEntry, IndexHeader, Member, PackWriter,
     FORMAT_VERSION, PACK_TARGET_BYTES,
 };
-use super::record::{Generation, StopStats};
+use super::record::{Changes, Generation, StopStats};
 use super::{is_not_found, DedupSnapshot};
 use crate::store_error::StoreError;
+use crate::workspace::tree::{self, EntryKind, KnownFiles, TreeItem, WalkStats};
 
-/// Bytes read from the tar at a time.
+/// Bytes read from a tar at a time.
 const READ_PIECE: usize = 256 * 1024;
+
+/// Where a stop's entries come from.
+pub(crate) enum TreeSource {
+    /// A tar stream, in pieces (a backend without a walk).
+    Tar(mpsc::Receiver<Vec<u8>>),
+    /// A walk: runs on its own thread and hands items on.
+    Walk(crate::backend::TreeWalk),
+}
 
 /// A pack ready to upload.
 struct FinishedPack {
@@ -32,17 +45,20 @@ struct FinishedPack {
     size: u64,
 }
 
-/// What the packer made of the tar.
+/// What the packer made of the tree.
 struct Packed {
     entries: Vec<IndexEntry>,
+    members: Vec<Member>,
     /// Pack names by the number entries use: the parent's, then new ones.
     packs: Vec<String>,
-    tar_size: u64,
-    tar_digest: String,
-    chunks: u64,
     new_chunks: u64,
     new_bytes: u64,
+    walk: WalkStats,
 }
+
+/// A parent's file, for the files cache: its chunks, with pack numbers
+/// in the packer's list.
+type ParentRun = Vec<IndexEntry>;
 
 /// The blocking half: chunks, hashes, compresses and packs.
 struct Packer {
@@ -50,13 +66,17 @@ struct Packer {
     chunker_params: ChunkerParams,
     compressor: zstd::bulk::Compressor<'static>,
     known: HashMap<ChunkId, (u32, ChunkLocation)>,
+    parent_files: HashMap<Vec<u8>, ParentRun>,
     packs: Vec<String>,
     open: Option<(PackWriter<BufWriter<std::fs::File>>, tempfile::TempPath)>,
     spool: PathBuf,
     entries: Vec<IndexEntry>,
-    tar_size: u64,
+    members: Vec<Member>,
+    /// The file being read: its member and its chunker.
+    current: Option<Chunker>,
     new_chunks: u64,
     new_bytes: u64,
+    limits: crate::workspace::ArchiveLimits,
     done: mpsc::Sender<FinishedPack>,
 }
 
@@ -64,30 +84,194 @@ fn local(what: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
     move |source| StoreError::Local { what, source }
 }
 
+/// A tar's pieces, from the async reader, as a blocking `Read`.
+struct PieceReader {
+    input: mpsc::Receiver<Vec<u8>>,
+    piece: Vec<u8>,
+    at: usize,
+    spent: mpsc::Sender<Vec<u8>>,
+}
+
+impl std::io::Read for PieceReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.piece.len() {
+            match self.input.blocking_recv() {
+                Some(next) => {
+                    let old = std::mem::replace(&mut self.piece, next);
+                    // Back to the reader for reuse (see `persist_tree`).
+                    let _ = self.spent.try_send(old);
+                    self.at = 0;
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.piece.len() - self.at);
+        buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// An error of the packer carried through an `io::Error` (the walk's
+/// callback type), taken back out at the end.
+fn carry(e: StoreError) -> std::io::Error {
+    std::io::Error::other(CarriedStoreError(e))
+}
+
+#[derive(Debug)]
+struct CarriedStoreError(StoreError);
+
+impl std::fmt::Display for CarriedStoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for CarriedStoreError {}
+
+fn uncarry(e: std::io::Error) -> StoreError {
+    if e.get_ref().is_some_and(|r| r.is::<CarriedStoreError>()) {
+        if let Some(Ok(carried)) = e.into_inner().map(|b| b.downcast::<CarriedStoreError>()) {
+            return carried.0;
+        }
+        return StoreError::Source(std::io::Error::other("the packer failed"));
+    }
+    StoreError::Source(e)
+}
+
 impl Packer {
     fn run(
         mut self,
-        mut input: mpsc::Receiver<Vec<u8>>,
+        source: TreeSource,
         spent: mpsc::Sender<Vec<u8>>,
     ) -> Result<Packed, StoreError> {
-        let mut chunker = Chunker::new(self.chunker_params);
-        while let Some(piece) = input.blocking_recv() {
-            self.tar_size += piece.len() as u64;
-            chunker.push(&piece, &mut |c| self.chunk(c))?;
-            // Back to the reader for reuse (see `persist_generation`).
-            let _ = spent.try_send(piece);
+        let walk = match source {
+            TreeSource::Tar(input) => {
+                let reader = PieceReader {
+                    input,
+                    piece: Vec::new(),
+                    at: 0,
+                    spent,
+                };
+                let limits = self.limits;
+                tree::items_of_tar(reader, limits, &mut |item| self.item(item).map_err(carry))
+                    .map_err(uncarry)?
+            }
+            TreeSource::Walk(walk) => {
+                // The walk reads on its own thread while this one chunks.
+                let (tx, rx) = std::sync::mpsc::sync_channel::<TreeItem>(16);
+                let walker = std::thread::Builder::new()
+                    .name("berth-walk".into())
+                    .spawn(move || {
+                        walk(&mut |item| {
+                            tx.send(item).map_err(|_| {
+                                std::io::Error::new(
+                                    std::io::ErrorKind::BrokenPipe,
+                                    "the packer stopped",
+                                )
+                            })
+                        })
+                    })
+                    .map_err(local("starting the workspace walk"))?;
+                let mut failed = None;
+                for item in rx {
+                    if let Err(e) = self.item(item) {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+                let walked = walker.join().map_err(|_| StoreError::Local {
+                    what: "walking the workspace",
+                    source: std::io::Error::other("the walk panicked"),
+                })?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                walked.map_err(StoreError::Source)?
+            }
+        };
+        if self.current.is_some() {
+            return Err(StoreError::Source(std::io::Error::other(
+                "the workspace's last file ended early",
+            )));
         }
-        chunker.finish(&mut |c| self.chunk(c))?;
         self.close_pack()?;
         Ok(Packed {
-            chunks: self.entries.len() as u64,
             entries: self.entries,
+            members: self.members,
             packs: self.packs,
-            tar_size: self.tar_size,
-            tar_digest: String::new(),
             new_chunks: self.new_chunks,
             new_bytes: self.new_bytes,
+            walk,
         })
+    }
+
+    fn item(&mut self, item: TreeItem) -> Result<(), StoreError> {
+        let out_of_step = |why: &str| {
+            StoreError::Source(std::io::Error::other(format!("the workspace walk {why}")))
+        };
+        match item {
+            TreeItem::Entry { entry, unchanged } => {
+                if self.current.is_some() {
+                    return Err(out_of_step("started an entry inside a file"));
+                }
+                if self.members.len() as u64 >= self.limits.max_entries {
+                    return Err(out_of_step(&format!(
+                        "found more than {} entries (the archive limit)",
+                        self.limits.max_entries
+                    )));
+                }
+                let first_chunk = self.entries.len() as u64;
+                let mut chunks = 0;
+                if unchanged {
+                    let run = self.parent_files.get(&entry.path).ok_or_else(|| {
+                        out_of_step("reused a file its parent generation does not have")
+                    })?;
+                    self.entries.extend_from_slice(run);
+                    chunks = run.len() as u32;
+                } else if entry.kind == EntryKind::File {
+                    self.current = Some(Chunker::for_file(self.chunker_params));
+                }
+                self.members.push(Member {
+                    entry,
+                    first_chunk,
+                    chunks,
+                });
+            }
+            TreeItem::Data(piece) => {
+                let mut chunker = self
+                    .current
+                    .take()
+                    .ok_or_else(|| out_of_step("sent content outside a file"))?;
+                chunker.push(&piece, &mut |c| self.chunk(c))?;
+                self.current = Some(chunker);
+            }
+            TreeItem::EndOfFile { identity } => {
+                let chunker = self
+                    .current
+                    .take()
+                    .ok_or_else(|| out_of_step("ended a file it did not start"))?;
+                chunker.finish(&mut |c| self.chunk(c))?;
+                let count = self.entries.len() as u64;
+                let Some(member) = self.members.last_mut() else {
+                    return Err(out_of_step("ended a file it did not start"));
+                };
+                member.chunks = (count - member.first_chunk) as u32;
+                member.entry.identity = identity;
+                let held: u64 = self.entries[member.first_chunk as usize..]
+                    .iter()
+                    .map(|c| c.location.raw_len as u64)
+                    .sum();
+                if held != member.entry.size {
+                    return Err(out_of_step(&format!(
+                        "sent {held} bytes of {}, which is {} bytes",
+                        member.entry.display_path(),
+                        member.entry.size
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn chunk(&mut self, raw: &[u8]) -> Result<(), StoreError> {
@@ -189,64 +373,32 @@ impl DedupSnapshot {
         }
     }
 
+    /// The files a walk may skip: the parent generation's files recorded
+    /// with an identity, for the instance they were recorded in.
+    pub(super) async fn known_files(&self) -> KnownFiles {
+        let Some((_, index)) = self.parent().await else {
+            return KnownFiles::default();
+        };
+        KnownFiles {
+            instance: index.header.instance.clone(),
+            files: index
+                .members
+                .iter()
+                .filter_map(|m| m.entry.stamp().map(|s| (m.entry.path.clone(), s)))
+                .collect(),
+        }
+    }
+
+    /// A stop from a tar stream: parsed into entries (every file read).
     pub(super) async fn persist_generation(
         &self,
         archive: &mut (dyn AsyncRead + Unpin + Send),
     ) -> Result<(), StoreError> {
-        let parent = self.parent().await;
-        let mut known = HashMap::new();
-        let mut packs: Vec<String> = Vec::new();
-        let mut learn = |index: &Index| {
-            let offset = packs.len() as u32;
-            packs.extend(index.header.packs.iter().cloned());
-            for e in &index.entries {
-                known
-                    .entry(e.chunk)
-                    .or_insert((e.pack + offset, e.location));
-            }
-        };
-        if let Some((_, index)) = &parent {
-            learn(index);
-        }
-        // A fork also deduplicates against its base, whatever its own
-        // generations dropped since.
-        let base = self.record().base.clone();
-        if let Some(base) = base.filter(|b| parent.as_ref().is_none_or(|(p, _)| p.index != b.index))
-        {
-            match self.index(&base.index).await {
-                Ok(index) => learn(&index),
-                Err(e) => tracing::warn!(index = %base.index, error = %e,
-                    "the fork's base index is unusable; not deduplicating against it"),
-            }
-        }
-        let number = self.record().next_number();
-        let spool = self.spool_dir()?;
         let (piece_tx, piece_rx) = mpsc::channel::<Vec<u8>>(2);
         // Read buffers go back to the reader: allocating on one thread and
         // freeing on another grows the allocator's arenas with the archive.
         let (spent_tx, mut spent_rx) = mpsc::channel::<Vec<u8>>(4);
-        let (pack_tx, mut pack_rx) = mpsc::channel::<FinishedPack>(1);
-        let packer = Packer {
-            tag: self.tag.clone(),
-            chunker_params: self.options.chunker,
-            compressor: zstd::bulk::Compressor::new(self.options.zstd_level)
-                .map_err(local("starting the compressor"))?,
-            known,
-            packs,
-            open: None,
-            spool,
-            entries: Vec::new(),
-            tar_size: 0,
-            new_chunks: 0,
-            new_bytes: 0,
-            done: pack_tx,
-        };
-        let packing = tokio::task::spawn_blocking(move || packer.run(piece_rx, spent_tx));
-
-        // The tar's digest is taken here, in parallel with the packer's
-        // chunking and hashing.
         let read = async move {
-            let mut tar = blake3::Hasher::new();
             loop {
                 let mut piece = spent_rx
                     .try_recv()
@@ -257,16 +409,99 @@ impl DedupSnapshot {
                     .read_to_end(&mut piece)
                     .await
                     .map_err(StoreError::Source)?;
-                if n == 0 {
-                    return Ok::<String, StoreError>(format!("blake3:{}", tar.finalize().to_hex()));
-                }
-                tar.update(&piece);
-                if piece_tx.send(piece).await.is_err() {
-                    // The packer stopped; its error says why.
-                    return Ok(String::new());
+                if n == 0 || piece_tx.send(piece).await.is_err() {
+                    // The end, or the packer stopped (its error says why).
+                    return Ok::<(), StoreError>(());
                 }
             }
         };
+        let stored = self.persist_tree(TreeSource::Tar(piece_rx), spent_tx, None);
+        let ((), ()) = tokio::try_join!(read, stored)?;
+        Ok(())
+    }
+
+    /// A stop from a walk of the workspace instance `instance`.
+    pub(super) async fn persist_walk(
+        &self,
+        walk: crate::backend::TreeWalk,
+        instance: Option<String>,
+    ) -> Result<(), StoreError> {
+        let (spent_tx, _spent_rx) = mpsc::channel::<Vec<u8>>(1);
+        self.persist_tree(TreeSource::Walk(walk), spent_tx, instance)
+            .await
+    }
+
+    async fn persist_tree(
+        &self,
+        source: TreeSource,
+        spent_tx: mpsc::Sender<Vec<u8>>,
+        instance: Option<String>,
+    ) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        let parent = self.parent().await;
+        let mut known = HashMap::new();
+        let mut packs: Vec<String> = Vec::new();
+        let mut parent_files: HashMap<Vec<u8>, Vec<IndexEntry>> = HashMap::new();
+        let mut learn = |index: &Index, files: bool| {
+            let offset = packs.len() as u32;
+            packs.extend(index.header.packs.iter().cloned());
+            for e in &index.entries {
+                known
+                    .entry(e.chunk)
+                    .or_insert((e.pack + offset, e.location));
+            }
+            if files {
+                for m in &index.members {
+                    if m.entry.stamp().is_some() {
+                        let run = index
+                            .run(m)
+                            .iter()
+                            .map(|e| IndexEntry {
+                                pack: e.pack + offset,
+                                ..*e
+                            })
+                            .collect();
+                        parent_files.insert(m.entry.path.clone(), run);
+                    }
+                }
+            }
+        };
+        if let Some((_, index)) = &parent {
+            learn(index, true);
+        }
+        // A fork also deduplicates against its base, whatever its own
+        // generations dropped since.
+        let base = self.record().base.clone();
+        if let Some(base) = base.filter(|b| parent.as_ref().is_none_or(|(p, _)| p.index != b.index))
+        {
+            match self.index(&base.index).await {
+                Ok(index) => learn(&index, false),
+                Err(e) => tracing::warn!(index = %base.index, error = %e,
+                    "the fork's base index is unusable; not deduplicating against it"),
+            }
+        }
+        let number = self.record().next_number();
+        let spool = self.spool_dir()?;
+        let (pack_tx, mut pack_rx) = mpsc::channel::<FinishedPack>(1);
+        let packer = Packer {
+            tag: self.tag.clone(),
+            chunker_params: self.options.chunker,
+            compressor: zstd::bulk::Compressor::new(self.options.zstd_level)
+                .map_err(local("starting the compressor"))?,
+            known,
+            parent_files,
+            packs,
+            open: None,
+            spool,
+            entries: Vec::new(),
+            members: Vec::new(),
+            current: None,
+            new_chunks: 0,
+            new_bytes: 0,
+            limits: crate::workspace::ArchiveLimits::default(),
+            done: pack_tx,
+        };
+        let packing = tokio::task::spawn_blocking(move || packer.run(source, spent_tx));
         let upload = async {
             let mut up = Uploaded::default();
             while let Some(pack) = pack_rx.recv().await {
@@ -305,37 +540,56 @@ impl DedupSnapshot {
                 source: std::io::Error::other(e.to_string()),
             })?
         };
-        let (tar_digest, mut up, mut packed) = tokio::try_join!(read, upload, packed)?;
-        packed.tar_digest = tar_digest;
-
-        let index = build_index(self, number, parent.as_ref().map(|p| &p.0), packed);
+        let (mut up, packed) = tokio::try_join!(upload, packed)?;
+        let walk = packed.walk;
+        let (index, counts) = build_index(
+            self,
+            number,
+            parent.as_ref().map(|p| &p.0),
+            packed,
+            instance,
+        )?;
+        let changes = match &parent {
+            Some((_, p)) => Changes::between(p, &index),
+            None => Some(Changes::all_new(&index)),
+        };
         let index_id = names::index(self.id.as_str(), number);
-        let bytes = index.0.encode();
+        let bytes = index.encode();
         self.client.upload(&index_id, &mut &bytes[..]).await?;
         // Committed.
         up.calls += 1;
         up.bytes += bytes.len() as u64;
+        let note = self.take_note();
         let generation = Generation {
             number,
             index: index_id.clone(),
-            digest: index.0.header.tar_digest.clone(),
-            size: index.0.header.tar_size,
+            digest: index.header.tar_digest.clone(),
+            size: index.header.tar_size,
+            created: Some(index.header.created),
+            note,
+            changes,
+            stored_bytes: Some(up.bytes),
         };
-        self.remember(&index_id, Arc::new(index.0));
+        self.remember(&index_id, Arc::new(index));
         let stats = StopStats {
             generation: number,
             tar_bytes: generation.size,
-            new_bytes: index.1.new_bytes,
+            new_bytes: counts.new_bytes,
             uploaded_bytes: up.bytes,
             upload_calls: up.calls,
-            chunks: index.1.chunks,
-            new_chunks: index.1.new_chunks,
+            chunks: counts.chunks,
+            new_chunks: counts.new_chunks,
             packs: up.packs.len() as u64,
             dedup_ratio: String::new(),
+            read_bytes: walk.bytes_read,
+            files_read: walk.files_read,
+            files_unchanged: walk.files_unchanged,
+            millis: started.elapsed().as_millis() as u64,
         }
         .finish();
         tracing::info!(snapshot = %self.id, generation = number, uploaded = up.bytes,
-            calls = up.calls, ratio = %stats.dedup_ratio, "deduplicated stop committed");
+            calls = up.calls, ratio = %stats.dedup_ratio, read = walk.bytes_read,
+            unchanged_files = walk.files_unchanged, "deduplicated stop committed");
         self.update_record(|r| {
             r.generations.push(generation);
             r.current = Some(number);
@@ -374,7 +628,8 @@ fn build_index(
     number: u64,
     parent: Option<&Generation>,
     packed: Packed,
-) -> (Index, Counts) {
+    instance: Option<String>,
+) -> Result<(Index, Counts), StoreError> {
     // Renumbered to the packs the entries use, each name once.
     let mut renumber: Vec<Option<u32>> = vec![None; packed.packs.len()];
     let mut by_name: HashMap<String, u32> = HashMap::new();
@@ -395,25 +650,30 @@ fn build_index(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    (
-        Index {
-            header: IndexHeader {
-                version: FORMAT_VERSION,
-                snapshot: snapshot.id.to_string(),
-                generation: number,
-                chunker: snapshot.options.chunker,
-                parent: parent.map(|g| g.index.clone()),
-                tar_size: packed.tar_size,
-                tar_digest: packed.tar_digest,
-                packs,
-                created,
-            },
-            entries,
+    let counts = Counts {
+        chunks: entries.len() as u64,
+        new_chunks: packed.new_chunks,
+        new_bytes: packed.new_bytes,
+    };
+    let mut index = Index {
+        header: IndexHeader {
+            version: FORMAT_VERSION,
+            snapshot: snapshot.id.to_string(),
+            generation: number,
+            chunker: snapshot.options.chunker,
+            parent: parent.map(|g| g.index.clone()),
+            tar_size: 0,
+            tar_digest: String::new(),
+            packs,
+            created,
+            instance,
         },
-        Counts {
-            chunks: packed.chunks,
-            new_chunks: packed.new_chunks,
-            new_bytes: packed.new_bytes,
-        },
-    )
+        entries,
+        members: packed.members,
+    };
+    index.header.tar_size = index
+        .rendered_size()
+        .map_err(local("rendering the workspace's headers"))?;
+    index.header.tar_digest = index.tree_seal();
+    Ok((index, counts))
 }

@@ -11,10 +11,75 @@ pub struct Generation {
     pub number: u64,
     /// The index object's id in the store.
     pub index: String,
-    /// `blake3:<hex>` of the workspace tar.
+    /// Its seal: `tree:blake3:<hex>` of its entries and chunk ids (format
+    /// version 2), or `blake3:<hex>` of the workspace tar (version 1).
     pub digest: String,
     /// Length of the workspace tar.
     pub size: u64,
+    /// When it was written (Unix seconds; generations written before
+    /// version 2 do not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<u64>,
+    /// What made it: a command's checkpoint, a rewind, or a stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<GenerationNote>,
+    /// Paths added, changed and removed since its parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Changes>,
+    /// Bytes its stop sent to the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
+}
+
+impl Generation {
+    /// A generation known by its index and seal only (restored from an
+    /// interrupted stop, or read from a fork's base).
+    pub fn bare(number: u64, index: String, digest: String, size: u64) -> Self {
+        Generation {
+            number,
+            index,
+            digest,
+            size,
+            created: None,
+            note: None,
+            changes: None,
+            stored_bytes: None,
+        }
+    }
+}
+
+/// Why a generation was written, for `berth history`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum GenerationNote {
+    /// A checkpoint after a command (`--checkpoint each-exec`).
+    Exec {
+        /// The command line.
+        command: String,
+        /// Its exit code.
+        exit_code: i32,
+        /// When it started (Unix milliseconds).
+        started_ms: u64,
+        /// How long it ran.
+        duration_ms: u64,
+    },
+    /// The workspace as it was before a rewind to generation `to`.
+    BeforeRewind {
+        /// The generation the workspace was rewound to.
+        to: u64,
+    },
+}
+
+/// Counts of the paths two generations differ by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changes {
+    /// Paths only in the newer one.
+    pub added: u64,
+    /// Paths in both whose kind, mode, size, content or target differ.
+    pub changed: u64,
+    /// Paths only in the older one.
+    pub removed: u64,
 }
 
 /// What the last stop stored.
@@ -38,6 +103,19 @@ pub struct StopStats {
     pub packs: u64,
     /// Share of the tar that was already stored, `0.000` to `1.000`.
     pub dedup_ratio: String,
+    /// Bytes of file content read from the workspace (the files cache
+    /// skips unchanged files).
+    #[serde(default)]
+    pub read_bytes: u64,
+    /// Files whose content was read.
+    #[serde(default)]
+    pub files_read: u64,
+    /// Files the files cache found unchanged (not read).
+    #[serde(default)]
+    pub files_unchanged: u64,
+    /// How long the stop took in the snapshot, in milliseconds.
+    #[serde(default)]
+    pub millis: u64,
 }
 
 impl StopStats {
@@ -78,6 +156,14 @@ pub struct DedupRecord {
     /// What the last stop stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_stop: Option<StopStats>,
+    /// Generations written within this many seconds of the newest one are
+    /// kept too, beyond `keep` (`--keep-within`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_within_secs: Option<u64>,
+    /// A generation kept whatever `keep` says while a rewind to it is
+    /// under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<u64>,
 }
 
 impl DedupRecord {
@@ -98,6 +184,8 @@ impl DedupRecord {
             pinned: Vec::new(),
             doomed: Vec::new(),
             last_stop: None,
+            keep_within_secs: None,
+            hold: None,
         }
     }
 
@@ -154,20 +242,33 @@ impl DedupRecord {
             + 1
     }
 
-    /// Moves generations beyond `keep` (oldest first, never the current
-    /// one) to `doomed`.
+    /// Moves generations beyond `keep` (oldest first; never the current
+    /// one, the one a rewind holds, nor one written within
+    /// `keep_within_secs` of the newest) to `doomed`.
     pub(super) fn drop_beyond_keep(&mut self) {
         let keep = self.keep.max(1) as usize;
-        while self.generations.len() > keep {
-            let Some(pos) = self
-                .generations
-                .iter()
-                .position(|g| Some(g.number) != self.current)
-            else {
+        let newest = self.generations.iter().filter_map(|g| g.created).max();
+        let recent = |g: &Generation| match (self.keep_within_secs, newest, g.created) {
+            (Some(within), Some(newest), Some(created)) => created + within >= newest,
+            _ => false,
+        };
+        let mut droppable: Vec<u64> = self
+            .generations
+            .iter()
+            .filter(|g| Some(g.number) != self.current && Some(g.number) != self.hold && !recent(g))
+            .map(|g| g.number)
+            .collect();
+        droppable.sort_unstable();
+        let mut excess = self.generations.len().saturating_sub(keep);
+        for number in droppable {
+            if excess == 0 {
                 break;
-            };
-            let g = self.generations.remove(pos);
-            self.doomed.push(g);
+            }
+            if let Some(pos) = self.generations.iter().position(|g| g.number == number) {
+                let g = self.generations.remove(pos);
+                self.doomed.push(g);
+                excess -= 1;
+            }
         }
     }
 }
@@ -177,12 +278,7 @@ mod tests {
     use super::*;
 
     fn g(n: u64) -> Generation {
-        Generation {
-            number: n,
-            index: format!("s.g{n}.idx"),
-            digest: format!("blake3:{n}"),
-            size: n,
-        }
+        Generation::bare(n, format!("s.g{n}.idx"), format!("blake3:{n}"), n)
     }
 
     #[test]

@@ -12,7 +12,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::cache::hash_file;
-use super::format::{decode_chunk_into, names, Index, MAX_PACK_BYTES};
+use super::format::{decode_chunk_into, names, Index, Segment, MAX_PACK_BYTES};
 use super::record::Generation;
 use super::{is_not_found, DedupSnapshot};
 use crate::capped_writer::CappedWriter;
@@ -32,9 +32,28 @@ fn decode_all(
     mut spent: mpsc::Receiver<Vec<u8>>,
 ) -> Result<String, StoreError> {
     let mut ready: HashMap<u32, (std::fs::File, LocalPack)> = HashMap::new();
+    // Version 1 is sealed by the tar's BLAKE3; version 2 by its members
+    // and chunk ids (checked when the index was read), and every chunk is
+    // checked against its id here.
+    let v1 = index.header.version < 2;
     let mut tar = blake3::Hasher::new();
     let mut stored = Vec::new();
-    for entry in &index.entries {
+    for segment in index.segments() {
+        let entry = match segment.map_err(|source| StoreError::Local {
+            what: "rendering the workspace's headers",
+            source,
+        })? {
+            Segment::Inline(bytes) => {
+                if v1 {
+                    tar.update(&bytes);
+                }
+                if out.blocking_send(bytes).is_err() {
+                    return Ok(String::new());
+                }
+                continue;
+            }
+            Segment::Chunk(entry) => entry,
+        };
         while !ready.contains_key(&entry.pack) {
             let Some((n, pack)) = packs.blocking_recv() else {
                 // The fetcher stopped; its error says why.
@@ -70,13 +89,19 @@ fn decode_all(
             })?;
         let mut raw = spent.try_recv().unwrap_or_default();
         decode_chunk_into(&entry.chunk, &entry.location, &stored, &mut raw).map_err(damaged)?;
-        tar.update(&raw);
+        if v1 {
+            tar.update(&raw);
+        }
         if out.blocking_send(raw).is_err() {
             // The writer stopped; its error says why.
             return Ok(String::new());
         }
     }
-    Ok(format!("blake3:{}", tar.finalize().to_hex()))
+    if v1 {
+        Ok(format!("blake3:{}", tar.finalize().to_hex()))
+    } else {
+        Ok(index.tree_seal())
+    }
 }
 
 /// A pack on local disk for the length of a restore.
@@ -100,12 +125,12 @@ impl DedupSnapshot {
             let index = names::index(self.id.as_str(), number);
             if self.client.exists(&index).await? {
                 let committed = self.index(&index).await?;
-                let g = Generation {
+                let g = Generation::bare(
                     number,
                     index,
-                    digest: committed.header.tar_digest.clone(),
-                    size: committed.header.tar_size,
-                };
+                    committed.header.tar_digest.clone(),
+                    committed.header.tar_size,
+                );
                 tracing::warn!(snapshot = %self.id, generation = number,
                     "an interrupted stop committed a newer generation; restoring it");
                 self.update_record(|r| {
