@@ -156,6 +156,40 @@ enum Command {
         #[arg(long, requires = "orphans", conflicts_with = "dry_run")]
         yes: bool,
     },
+    /// List the kept generations of NAME's deduplicated snapshot: when,
+    /// which command (with --checkpoint each-exec), paths added, changed
+    /// and removed, bytes stored. `*` marks the workspace's own.
+    History {
+        /// Sandbox name.
+        name: String,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The paths added (+), removed (-) and modified (M: kind, mode,
+    /// size, content, target) between two kept generations, read from
+    /// their indexes (nothing else is downloaded).
+    Diff {
+        /// Sandbox name.
+        name: String,
+        /// The older generation.
+        from: u64,
+        /// The newer generation.
+        to: u64,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make the workspace generation K. The workspace as it is is saved
+    /// first as a new generation, so a rewind can be undone by rewinding
+    /// to that one. The sandbox's instance is re-created (background
+    /// processes end).
+    Rewind {
+        /// Sandbox name.
+        name: String,
+        /// The kept generation to go back to (see `berth history NAME`).
+        generation: u64,
+    },
     /// Make a new sandbox that starts from NAME's newest generation (or
     /// --generation K), sharing its chunks (NAME needs a deduplicated
     /// snapshot).
@@ -219,6 +253,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             generation,
             no_start,
         } => sandboxes::fork(&name, &new, generation, no_start).await,
+        Command::History { name, json } => sandboxes::history(&name, json).await,
+        Command::Diff {
+            name,
+            from,
+            to,
+            json,
+        } => sandboxes::diff(&name, from, to, json).await,
+        Command::Rewind { name, generation } => sandboxes::rewind(&name, generation).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
         Command::Serve(a) => server::serve(a).await,
     }

@@ -48,6 +48,17 @@ impl Sandbox {
         Ok(self.generations()?.diff(older, newer).await?)
     }
 
+    /// Also keeps every generation written within `window` of the newest
+    /// one, whatever the number kept says (`None`: only the number).
+    pub fn keep_generations_within(
+        &mut self,
+        window: Option<std::time::Duration>,
+    ) -> Result<(), SandboxError> {
+        self.generations()?.keep_within(window.map(|d| d.as_secs()));
+        self.sync_snapshot_fields();
+        Ok(())
+    }
+
     /// Persists the workspace as a new generation recording `note` (a
     /// command's checkpoint), leaving the sandbox running. As
     /// [`stop`](Sandbox::stop) otherwise.

@@ -74,6 +74,10 @@ pub struct NamedSandbox {
     /// Whether the container is paused while `stop` reads the workspace.
     #[serde(default = "yes")]
     pub freeze: bool,
+    /// Whether every command is followed by a checkpoint (a generation
+    /// recording it; `berth create --checkpoint each-exec`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checkpoint_each_exec: bool,
     /// The lifecycle state.
     pub state: SandboxState,
 }
@@ -206,6 +210,7 @@ impl NamedSandboxes {
         let name = name.to_string();
         let sink = move |state: &SandboxState| {
             let record = NamedSandbox {
+                checkpoint_each_exec: false,
                 name: name.clone(),
                 compression,
                 freeze,

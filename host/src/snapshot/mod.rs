@@ -206,6 +206,9 @@ pub trait Generations: Send + Sync {
     /// released with `None` (a rewind to it is under way).
     fn hold(&self, number: Option<u64>);
 
+    /// Also keeps the generations written within `seconds` of the newest.
+    fn keep_within(&self, seconds: Option<u64>);
+
     /// Deletes (or lists) what a removal left for forks, except the
     /// generations whose index ids are in `bases` (the fork bases still in
     /// use) and what they need.

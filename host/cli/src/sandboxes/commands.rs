@@ -53,8 +53,13 @@ pub struct ExecArgs {
 
 pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
+    // A sandbox created with `--checkpoint each-exec`: a generation after
+    // the command (not after a detached one, which has not ended).
+    let checkpoint = (!args.detach
+        && load(&home, &args.name).is_ok_and(|s| s.checkpoint_each_exec))
+    .then(|| (args.name.clone(), args.command.join(" ")));
     if let Some(remote) = Remote::for_home(&home).await {
-        return exec_through(&remote, args).await;
+        return exec_through(&remote, args, checkpoint).await;
     }
     let (lock, mut sandbox) = attach_locked(&home, &args.name).await?;
     let command = args.command.join(" ");
@@ -77,21 +82,47 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         request = request.with_stdin();
     }
     if args.json {
+        let started = (std::time::SystemTime::now(), std::time::Instant::now());
         let result = sandbox.exec(request).await?;
         println!("{}", serde_json::to_string_pretty(&result)?);
+        after_command(checkpoint, result.exit_code, started).await;
         return Ok(exit_code(result.exit_code));
     }
     let process = sandbox.exec_stream(request).await?;
-    run_streamed(process, args.interactive).await
+    run_streamed(process, args.interactive, checkpoint).await
+}
+
+/// The checkpoint after a command, when the sandbox takes one.
+async fn after_command(
+    checkpoint: Option<(String, String)>,
+    exit_code: i32,
+    started: (std::time::SystemTime, std::time::Instant),
+) {
+    if let Some((name, command)) = checkpoint {
+        super::history::checkpoint_after(
+            &name,
+            &command,
+            exit_code,
+            started.0,
+            started.1.elapsed(),
+        )
+        .await;
+    }
 }
 
 /// Relays a streamed command here (this program's stdin to it when
 /// `interactive`) and returns its exit code as berth's.
-async fn run_streamed(process: ExecProcess, interactive: bool) -> anyhow::Result<ExitCode> {
+async fn run_streamed(
+    process: ExecProcess,
+    interactive: bool,
+    checkpoint: Option<(String, String)>,
+) -> anyhow::Result<ExitCode> {
+    let started = (std::time::SystemTime::now(), std::time::Instant::now());
     if interactive {
         tokio::spawn(pump_stdin(process.input()));
     }
     let exit = relay(process).await?;
+    after_command(checkpoint, exit.exit_code, started).await;
     if interactive {
         // The stdin reader may still be blocked in a read no runtime can
         // cancel: leave without waiting for it.
@@ -112,7 +143,11 @@ fn env_pairs(env: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
 }
 
 /// `berth exec` through the server: the same output and exit code.
-async fn exec_through(remote: &Remote, args: ExecArgs) -> anyhow::Result<ExitCode> {
+async fn exec_through(
+    remote: &Remote,
+    args: ExecArgs,
+    checkpoint: Option<(String, String)>,
+) -> anyhow::Result<ExitCode> {
     let command = args.command.join(" ");
     let path = through_server::sandbox_path(&args.name);
     if args.detach {
@@ -138,15 +173,17 @@ async fn exec_through(remote: &Remote, args: ExecArgs) -> anyhow::Result<ExitCod
         "interactive": args.interactive && !args.json,
     });
     if args.json {
+        let started = (std::time::SystemTime::now(), std::time::Instant::now());
         let result: berth_server::ExecOutcome = remote
             .json(Method::POST, &format!("{path}/exec"), Some(body))
             .await?;
         println!("{}", serde_json::to_string_pretty(&result)?);
+        after_command(checkpoint, result.exit_code, started).await;
         return Ok(exit_code(result.exit_code));
     }
     let process =
         through_server::process(remote, Method::POST, &format!("{path}/exec"), Some(body)).await?;
-    run_streamed(process, args.interactive).await
+    run_streamed(process, args.interactive, checkpoint).await
 }
 
 fn exit_code(code: i32) -> ExitCode {

@@ -39,6 +39,15 @@ pub struct CreateArgs {
     /// --snapshot-generation K` restores an older one.
     #[arg(long, default_value_t = 1, requires = "dedup")]
     keep: u32,
+    /// With --dedup: also keep every generation written within this long
+    /// of the newest (e.g. `1h`, `30m`), whatever --keep says.
+    #[arg(long, requires = "dedup", value_parser = crate::server::parse_duration_arg)]
+    keep_within: Option<std::time::Duration>,
+    /// With --dedup: `each-exec` writes a generation after every command
+    /// (`berth history NAME` lists them with their command lines; `berth
+    /// rewind NAME K` goes back). By default, off: only stops write one.
+    #[arg(long, requires = "dedup", value_parser = ["each-exec", "off"])]
+    checkpoint: Option<String>,
     /// Backend: local (not isolated), docker, or swarm (placed by a
     /// Docker swarm across its nodes; --engine names a manager, and the
     /// snapshot must be a shared store).
@@ -258,6 +267,9 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
         spec = spec.snapshot_id(id.clone());
     }
     let mut sandbox = client.create(spec).await?;
+    if let Some(window) = args.keep_within {
+        sandbox.keep_generations_within(Some(window))?;
+    }
     let started = if args.no_start {
         Ok(())
     } else {
@@ -267,6 +279,7 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
         name: args.name.clone(),
         compression: args.compress,
         freeze: !args.no_freeze,
+        checkpoint_each_exec: args.checkpoint.as_deref() == Some("each-exec"),
         state: sandbox.state(),
     };
     // Saved even when start failed: what start made (a container) stays

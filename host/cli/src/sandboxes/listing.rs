@@ -101,6 +101,7 @@ pub async fn fork(
         sandbox.start().await.map(|_| ())
     };
     let saved = Saved {
+        checkpoint_each_exec: false,
         name: new.to_string(),
         compression: false,
         freeze: source.freeze,

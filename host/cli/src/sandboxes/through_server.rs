@@ -193,6 +193,7 @@ pub fn sandbox_path(name: &str) -> String {
 /// A record from the server as the CLI's.
 pub fn saved(record: SandboxRecord) -> anyhow::Result<super::Saved> {
     Ok(super::Saved {
+        checkpoint_each_exec: false,
         name: record.name,
         compression: record.compression,
         freeze: record.freeze,

@@ -99,6 +99,7 @@ pub(crate) fn create(inner: Arc<Inner>, call: Call) -> Answer {
             Ok(())
         };
         let r = NamedSandbox {
+            checkpoint_each_exec: false,
             name: name.clone(),
             compression: body.compress,
             freeze: true,
@@ -402,6 +403,7 @@ pub(crate) fn fork(inner: Arc<Inner>, call: Call) -> Answer {
             Ok(())
         };
         let r = NamedSandbox {
+            checkpoint_each_exec: false,
             name: body.name.clone(),
             compression: false,
             freeze: source.freeze,

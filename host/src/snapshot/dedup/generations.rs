@@ -81,6 +81,10 @@ impl Generations for DedupSnapshot {
         self.update_record(|r| r.hold = number);
     }
 
+    fn keep_within(&self, seconds: Option<u64>) {
+        self.update_record(|r| r.keep_within_secs = seconds);
+    }
+
     async fn fork_base(&self, number: Option<u64>) -> Result<ForkBase, StoreError> {
         let keep = self.record().keep;
         let base = self.pin_generation(number).await?;
