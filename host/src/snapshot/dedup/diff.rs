@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::format::{Index, Member};
 use super::record::Changes;
+use crate::workspace::tree::EntryKind;
 
 /// How a path differs between two generations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -64,24 +65,39 @@ impl TreeDiff {
     }
 }
 
+/// A member as a person sees the path: a hardlink is the file it is
+/// another name of (its kind, size and content), so a change through
+/// one name shows on both, and a link broken by a copy is no change.
+fn seen<'a>(index: &'a Index, m: &'a Member) -> &'a Member {
+    if m.entry.kind != EntryKind::Hardlink {
+        return m;
+    }
+    index
+        .members
+        .iter()
+        .find(|t| t.entry.path == m.entry.link && t.entry.kind == EntryKind::File)
+        .unwrap_or(m)
+}
+
 /// What differs between two members of the same path.
 fn differences(a_index: &Index, a: &Member, b_index: &Index, b: &Member) -> Vec<&'static str> {
     let mut what = Vec::new();
-    if a.entry.kind != b.entry.kind {
+    let (fa, fb) = (seen(a_index, a), seen(b_index, b));
+    if fa.entry.kind != fb.entry.kind {
         what.push("kind");
     }
     if a.entry.mode != b.entry.mode {
         what.push("mode");
     }
-    if a.entry.size != b.entry.size {
+    if fa.entry.size != fb.entry.size {
         what.push("size");
     }
     let ids =
         |i: &Index, m: &Member| -> Vec<[u8; 32]> { i.run(m).iter().map(|c| c.chunk).collect() };
-    if a.entry.kind == b.entry.kind && ids(a_index, a) != ids(b_index, b) {
+    if fa.entry.kind == fb.entry.kind && ids(a_index, fa) != ids(b_index, fb) {
         what.push("content");
     }
-    if a.entry.link != b.entry.link {
+    if fa.entry.kind == EntryKind::Symlink && a.entry.link != b.entry.link {
         what.push("target");
     }
     what
