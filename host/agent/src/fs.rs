@@ -51,6 +51,9 @@ pub(crate) fn main(args: &[String]) -> i32 {
         return 2;
     };
     let rest = &args[2..];
+    if op == "walk" {
+        return crate::freeze::main(root, rest);
+    }
     let path = rest.first().map(String::as_str).unwrap_or("");
     match run(root, op, rest) {
         Ok(()) => 0,

@@ -26,6 +26,8 @@
 
 use std::io::{self, Write};
 
+pub mod walk;
+
 /// The protocol version the agent announces in its hello.
 pub const VERSION: u32 = 2;
 

@@ -15,6 +15,7 @@
 //! every descendant it can find, round after round until none is left, so
 //! fork bombs and children that ignore SIGTERM go too.
 
+mod freeze;
 mod fs;
 mod json;
 mod procs;
@@ -52,6 +53,8 @@ const USAGE: &str = "usage:
   berth-agent fs ROOT mkdir PATH [-p] make a directory (and its parents)
   berth-agent fs ROOT tar PATH        a tar of PATH on stdout
   berth-agent fs ROOT untar PATH CAP  a tar on stdin into directory PATH (at most CAP bytes)
+  berth-agent fs ROOT walk [--freeze] the workspace's entries and changed files on stdout (a walk request on stdin),
+                                      every other process stopped meanwhile with --freeze
   berth-agent proc DIR start ID RING CWD COMMAND   run COMMAND in the background
   berth-agent proc DIR list           a JSON line per process
   berth-agent proc DIR logs ID [--follow] [--tail N]

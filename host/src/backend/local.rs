@@ -247,6 +247,7 @@ impl Backend for LocalBackend {
         &self,
         exclude: &[PathBuf],
         known: crate::workspace::tree::KnownFiles,
+        _freeze: bool,
     ) -> Result<Option<super::TreeWalk>, BackendError> {
         if !self.root_exists().await? {
             return Err(Self::op_error(

@@ -326,14 +326,18 @@ pub trait Backend: Send + Sync {
 
     /// A walk of the workspace root for a snapshot that records files
     /// (leaving out `exclude`), which does not read the files `known`
-    /// matches (the files cache). By default, `None`: the backend streams
-    /// archives only, and the snapshot reads every byte of them.
+    /// matches (the files cache). With `freeze`, the sandbox's processes
+    /// are stopped while it reads (the walk is not run inside
+    /// [`Backend::freeze`]: a backend whose freeze stops everything would
+    /// stop the walk too). By default, `None`: the backend streams archives
+    /// only, and the snapshot reads every byte of them.
     async fn walk_workspace(
         &self,
         exclude: &[PathBuf],
         known: crate::workspace::tree::KnownFiles,
+        freeze: bool,
     ) -> Result<Option<TreeWalk>, BackendError> {
-        let _ = (exclude, known);
+        let _ = (exclude, known, freeze);
         Ok(None)
     }
 

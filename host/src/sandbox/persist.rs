@@ -87,16 +87,26 @@ impl Sandbox {
         self.state.snapshot.persist_pending = true;
         self.save_state()?;
         let deadline = self.options.archive_deadline;
-        let seal = self
-            .while_frozen(async {
-                tokio::time::timeout(deadline, self.persist_into_snapshot())
-                    .await
-                    .map_err(|_| SandboxError::Deadline {
-                        operation: "persist",
-                        seconds: deadline.as_secs(),
-                    })?
-            })
-            .await?;
+        let late = |_| SandboxError::Deadline {
+            operation: "persist",
+            seconds: deadline.as_secs(),
+        };
+        // A walk (the files cache) freezes what it must itself; an archive
+        // is read with the sandbox frozen.
+        let seal = match tokio::time::timeout(deadline, self.persist_by_walk())
+            .await
+            .map_err(late)??
+        {
+            Some(seal) => seal,
+            None => {
+                self.while_frozen(async {
+                    tokio::time::timeout(deadline, self.persist_into_snapshot())
+                        .await
+                        .map_err(late)?
+                })
+                .await?
+            }
+        };
         if let Some(lineage) = self.state.lineage.as_mut() {
             lineage.snapshot_digest = Some(seal.digest.clone());
         }
@@ -151,28 +161,35 @@ impl Sandbox {
         }
     }
 
+    /// Persists a walk of the workspace, when the snapshot records files
+    /// and the backend can walk (the files cache: unchanged files are not
+    /// read); `None` otherwise.
+    pub(super) async fn persist_by_walk(&self) -> Result<Option<sealing::Seal>, SandboxError> {
+        let Some(known) = self.snapshot.known_files().await else {
+            return Ok(None);
+        };
+        let instance = self.backend.instance_id().await?;
+        let known = known.for_instance(instance.as_deref());
+        let exclude = self.state.manifest.excluded_from_snapshots()?;
+        let freeze = self.options.freeze_during_stop;
+        let Some(walk) = self.backend.walk_workspace(&exclude, known, freeze).await? else {
+            return Ok(None);
+        };
+        self.snapshot.persist_walk(walk, instance).await?;
+        let own = self
+            .snapshot
+            .own_seal()
+            .ok_or_else(|| SandboxError::SnapshotContract {
+                id: self.state.snapshot.id.to_string(),
+                problem: "it does not record the walk it persisted",
+            })?;
+        Ok(Some(sealing::Seal {
+            digest: own.digest,
+            size: own.size,
+        }))
+    }
+
     pub(super) async fn persist_into_snapshot(&self) -> Result<sealing::Seal, SandboxError> {
-        // A snapshot that records files is given a walk when the backend
-        // has one: unchanged files are not read (the files cache).
-        if let Some(known) = self.snapshot.known_files().await {
-            let instance = self.backend.instance_id().await?;
-            let known = known.for_instance(instance.as_deref());
-            let exclude = self.state.manifest.excluded_from_snapshots()?;
-            if let Some(walk) = self.backend.walk_workspace(&exclude, known).await? {
-                self.snapshot.persist_walk(walk, instance).await?;
-                let own =
-                    self.snapshot
-                        .own_seal()
-                        .ok_or_else(|| SandboxError::SnapshotContract {
-                            id: self.state.snapshot.id.to_string(),
-                            problem: "it does not record the walk it persisted",
-                        })?;
-                return Ok(sealing::Seal {
-                    digest: own.digest,
-                    size: own.size,
-                });
-            }
-        }
         let tar = self.persist_workspace().await?;
         let stored: Box<dyn AsyncRead + Send + Unpin> = if self.compresses() {
             Box::new(async_compression::tokio::bufread::ZstdEncoder::new(

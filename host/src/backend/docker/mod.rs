@@ -25,6 +25,7 @@ mod options;
 mod pull;
 pub mod run_args;
 pub mod swarm;
+mod walk;
 
 pub use options::{DockerMount, DockerOptions, DockerProvider, DockerState, EngineChoice};
 pub use pull::{PullPolicy, PullProgress, PullProgressFn, PullStatus};
@@ -618,6 +619,21 @@ impl Backend for DockerBackend {
             }
         });
         Ok(Box::new(out))
+    }
+
+    async fn walk_workspace(
+        &self,
+        exclude: &[PathBuf],
+        known: crate::workspace::tree::KnownFiles,
+        freeze: bool,
+    ) -> Result<Option<super::TreeWalk>, BackendError> {
+        // Without the agent, the archive API (every byte) it is.
+        if self.agent_session().await.is_err() {
+            return Ok(None);
+        }
+        let request = walk::request(berth_agent::AGENT_PATH, &self.state.workspace_root, freeze);
+        let process = self.spawn(request).await?;
+        walk::start(process, exclude, &known).await.map(Some)
     }
 
     async fn write_archive(&self, stream: ArchiveStream) -> Result<(), BackendError> {

@@ -72,8 +72,10 @@ struct Packer {
     spool: PathBuf,
     entries: Vec<IndexEntry>,
     members: Vec<Member>,
-    /// The file being read: its member and its chunker.
+    /// The file being read: its chunker.
     current: Option<Chunker>,
+    /// Bytes of content the entries declared so far.
+    declared: u64,
     new_chunks: u64,
     new_bytes: u64,
     limits: crate::workspace::ArchiveLimits,
@@ -219,6 +221,13 @@ impl Packer {
                     return Err(out_of_step(&format!(
                         "found more than {} entries (the archive limit)",
                         self.limits.max_entries
+                    )));
+                }
+                self.declared = self.declared.saturating_add(entry.size);
+                if self.declared > self.limits.max_bytes {
+                    return Err(out_of_step(&format!(
+                        "found more than {} bytes (the archive limit)",
+                        self.limits.max_bytes
                     )));
                 }
                 let first_chunk = self.entries.len() as u64;
@@ -496,6 +505,7 @@ impl DedupSnapshot {
             entries: Vec::new(),
             members: Vec::new(),
             current: None,
+            declared: 0,
             new_chunks: 0,
             new_bytes: 0,
             limits: crate::workspace::ArchiveLimits::default(),

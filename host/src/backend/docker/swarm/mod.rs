@@ -625,6 +625,18 @@ impl Backend for SwarmBackend {
         self.fence().await?.write_archive(stream).await
     }
 
+    async fn walk_workspace(
+        &self,
+        exclude: &[PathBuf],
+        known: crate::workspace::tree::KnownFiles,
+        freeze: bool,
+    ) -> Result<Option<crate::backend::TreeWalk>, BackendError> {
+        self.fence()
+            .await?
+            .walk_workspace(exclude, known, freeze)
+            .await
+    }
+
     fn staging_dir(&self) -> Option<String> {
         self.container.get()?.staging_dir()
     }
