@@ -752,7 +752,7 @@ impl<R: Read> ItemReader<R> {
     }
 
     /// The next item, or the end.
-    pub fn next(&mut self) -> io::Result<WireEvent> {
+    pub fn read_event(&mut self) -> io::Result<WireEvent> {
         let tag = self.wire.u8()?;
         match tag {
             b'E' => {
@@ -868,7 +868,7 @@ mod tests {
         let mut r = ItemReader::new(&wire[..]);
         let mut back = Vec::new();
         let end = loop {
-            match r.next().unwrap() {
+            match r.read_event().unwrap() {
                 WireEvent::Item(i) => back.push(i),
                 WireEvent::End(s) => break s,
             }
@@ -902,7 +902,7 @@ mod tests {
         // Truncated or garbled wire bytes are errors, never panics.
         for len in 0..wire.len() {
             let mut r = ItemReader::new(&wire[..len]);
-            while let Ok(WireEvent::Item(_)) = r.next() {}
+            while let Ok(WireEvent::Item(_)) = r.read_event() {}
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

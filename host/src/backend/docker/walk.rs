@@ -61,7 +61,7 @@ pub(super) async fn start(
         };
         let mut items = ItemReader::new(io::BufReader::with_capacity(1 << 20, reader));
         loop {
-            match items.next()? {
+            match items.read_event()? {
                 WireEvent::Item(item) => emit(item)?,
                 WireEvent::End(stats) => return Ok(stats),
             }
