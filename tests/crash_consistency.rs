@@ -1,5 +1,7 @@
 //! Crash consistency: `berth stop` is SIGKILLed at random points, 25 times
-//! per store (the native local snapshot and the fs-store Wasm plugin).
+//! per store (the native local snapshot, the fs-store Wasm plugin, and
+//! deduplicated generations in it, half of those stops using the files
+//! cache).
 //! After every kill the state file parses, the sandbox restores, and what
 //! comes back is byte-identical to either the last completed stop or the one
 //! that was killed — never a mix, never a partial archive.
@@ -59,19 +61,22 @@ impl Rng {
     }
 }
 
-const LISTING: &str = "sha256sum big.bin marker";
+const LISTING: &str = "sha256sum big.bin marker keep/*";
 
 fn trials(snapshot: &str, home: &Path, seed: u64) {
     let cli = Cli {
         home: home.to_path_buf(),
     };
     let name = "crashy";
-    cli.ok(&["create", name, "--snapshot", snapshot]);
+    let dedup = snapshot.ends_with(" --dedup");
+    let mut create = vec!["create", name, "--snapshot"];
+    create.extend(snapshot.split(' '));
+    cli.ok(&create);
     cli.ok(&[
         "exec",
         name,
         "--",
-        "head -c 33554432 /dev/urandom > big.bin && echo 0 > marker",
+        "head -c 33554432 /dev/urandom > big.bin && echo 0 > marker && mkdir keep && for i in $(seq 1 40); do head -c 20000 /dev/urandom > keep/f$i; done",
     ]);
     let t = Instant::now();
     cli.ok(&["stop", name]);
@@ -83,7 +88,17 @@ fn trials(snapshot: &str, home: &Path, seed: u64) {
         .to_string();
     let mut rng = Rng(seed | 1);
     let (mut killed_before, mut completed, mut mid_persist) = (0, 0, 0);
+    let mut cached_stops = 0;
     for i in 1..=TRIALS {
+        // Deduplicated, odd trials: a stop the files cache serves is the
+        // one killed (the unchanged files' identities are older than the
+        // racy window, and the stop before recorded them).
+        let cached = dedup && i % 2 == 1;
+        if cached {
+            std::thread::sleep(berth::workspace::tree::RACY_WINDOW + Duration::from_millis(100));
+            cli.ok(&["stop", name]);
+            committed = cli.ok(&["exec", name, "--", LISTING]);
+        }
         cli.ok(&[
             "exec",
             name,
@@ -116,8 +131,27 @@ fn trials(snapshot: &str, home: &Path, seed: u64) {
         if state["state"]["snapshot"]["persist_pending"] == serde_json::Value::Bool(true) {
             mid_persist += 1;
         }
-        std::fs::remove_dir_all(&root).unwrap();
-        let (code, restored, err) = cli.run(&["exec", name, "--", LISTING]);
+        if cached && status.success() {
+            let stats = &state["state"]["snapshot"]["fields"]["dedup"]["last_stop"];
+            if stats["files_unchanged"].as_u64().unwrap_or(0) > 0 {
+                cached_stops += 1;
+            }
+        }
+        let (code, restored, err) = if cached {
+            // What the store holds, restored elsewhere (the workspace and
+            // its files cache stay for the next trial): a fork of it.
+            let (code, out, err) = cli.run(&["fork", name, "check"]);
+            let listing = if code == 0 {
+                cli.run(&["exec", "check", "--", LISTING])
+            } else {
+                (code, out, err)
+            };
+            cli.ok(&["rm", "check"]);
+            listing
+        } else {
+            std::fs::remove_dir_all(&root).unwrap();
+            cli.run(&["exec", name, "--", LISTING])
+        };
         assert_eq!(
             code, 0,
             "trial {i} ({snapshot}, delay {delay:?}, {status}): restore failed: {err}\nstate: {}",
@@ -129,7 +163,13 @@ fn trials(snapshot: &str, home: &Path, seed: u64) {
         );
         committed = restored;
     }
-    println!("{snapshot}: {TRIALS} trials, stop takes {stop_time:?}; {killed_before} killed, {mid_persist} of them mid-persist, {completed} finished first");
+    println!("{snapshot}: {TRIALS} trials, stop takes {stop_time:?}; {killed_before} killed, {mid_persist} of them mid-persist, {completed} finished first, {cached_stops} served by the files cache");
+    if dedup {
+        assert!(
+            cached_stops > 0 || completed == 0,
+            "{snapshot}: no finished stop of a cached trial used the files cache"
+        );
+    }
     // Kills spread over 1.5 stop times; about half land while the archive
     // streams (the chance that none of 25 does is below one in a million).
     assert!(
@@ -167,5 +207,21 @@ fn killing_stop_never_loses_or_tears_a_snapshot() {
         &format!("remote:{}", manifest.display()),
         plugin.path(),
         seed.rotate_left(17),
+    );
+    let dedup = tempfile::tempdir().unwrap();
+    let dedup_manifest = dedup.path().join("fs-store.toml");
+    let dedup_store = dedup.path().join("store");
+    std::fs::create_dir(&dedup_store).unwrap();
+    std::fs::write(
+        &dedup_manifest,
+        std::fs::read_to_string(&manifest)
+            .unwrap()
+            .replace(&format!("{store:?}"), &format!("{dedup_store:?}")),
+    )
+    .unwrap();
+    trials(
+        &format!("remote:{} --dedup", dedup_manifest.display()),
+        dedup.path(),
+        seed.rotate_left(31),
     );
 }

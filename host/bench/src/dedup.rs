@@ -128,6 +128,7 @@ pub(super) async fn dedup_rows(
     let mut stops: Vec<Vec<(f64, u64, u64)>> = vec![vec![]; scenarios.len()];
     let mut restores = vec![];
     let mut cached_restores = vec![];
+    let mut checkpoints = vec![];
     for run in 0..runs {
         // A: today's whole-tar snapshot through the same store.
         let mut whole = sandbox_over(&uncached, src, store.clone()).await?;
@@ -171,6 +172,22 @@ pub(super) async fn dedup_rows(
             stops[i].push((secs, stats.uploaded_bytes, stats.upload_calls));
         }
         if run == 0 {
+            // --checkpoint each-exec: what a checkpoint after a command
+            // that changed 1 MiB (over 50 files) adds to the command.
+            for _ in 0..3 {
+                touch_small_files(src, 50, 1 << 20, fresh_seed())?;
+                settle();
+                let t = Instant::now();
+                dedup
+                    .checkpoint(berth::snapshot::GenerationNote::Exec {
+                        command: "bench".into(),
+                        exit_code: 0,
+                        started_ms: 0,
+                        duration_ms: 0,
+                    })
+                    .await?;
+                checkpoints.push(t.elapsed().as_secs_f64());
+            }
             // Same host, packs in the cache since the stops.
             cached_restores.push(timed_restore(&cached, &dedup.state(), &restore_root).await?);
         }
@@ -195,6 +212,14 @@ pub(super) async fn dedup_rows(
             ratio: Some(secs / ws),
         });
     }
+    let cp = median(checkpoints);
+    rows.push(Row {
+        group: "dedup",
+        name: format!("{label}: checkpoint after a command that changed 1 MiB (--checkpoint each-exec's extra time)"),
+        value: format!("{:.0} ms", cp * 1e3),
+        baseline: format!("whole tar stop {ws:.2}s"),
+        ratio: Some(cp / ws),
+    });
     let r = median(restores);
     rows.push(Row {
         group: "dedup",

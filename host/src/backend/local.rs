@@ -263,6 +263,31 @@ impl Backend for LocalBackend {
         })))
     }
 
+    fn staging_dir(&self) -> Option<String> {
+        Some(format!(
+            ".berth-staging-{:016x}",
+            crate::random_id::random_u64()
+        ))
+    }
+
+    async fn finish_staging(&self, dir: &str, commit: bool) -> Result<(), BackendError> {
+        let root = self.state.root_dir.clone();
+        let staging = root.join(dir);
+        let moved = tokio::task::spawn_blocking(move || finish_staging(&root, &staging, commit))
+            .await
+            .map_err(|e| Self::op_error("moving the restored workspace into place", e))?;
+        moved.map_err(|e| {
+            Self::op_error(
+                if commit {
+                    "moving the restored workspace into place"
+                } else {
+                    "removing a refused archive's staging directory"
+                },
+                e,
+            )
+        })
+    }
+
     async fn write_archive(&self, stream: ArchiveStream) -> Result<(), BackendError> {
         archive::extract_stream(stream, self.state.root_dir.clone())
             .await
@@ -328,4 +353,39 @@ impl Backend for LocalBackend {
     fn state(&self) -> Result<crate::backend::BackendState, BackendError> {
         crate::backend::BackendState::encode(KIND, &self.state)
     }
+}
+
+/// Moves what a staged restore extracted into `staging` to `root`, each
+/// top-level name replacing the one there, and gives `root` the staging
+/// directory's time (the archive's root time); with `commit` false, only
+/// removes `staging`.
+fn finish_staging(
+    root: &std::path::Path,
+    staging: &std::path::Path,
+    commit: bool,
+) -> std::io::Result<()> {
+    if !staging.is_dir() {
+        return Ok(());
+    }
+    if commit {
+        let time = std::fs::metadata(staging)
+            .ok()
+            .map(|m| filetime::FileTime::from_last_modification_time(&m));
+        for entry in std::fs::read_dir(staging)? {
+            let entry = entry?;
+            let target = root.join(entry.file_name());
+            match std::fs::symlink_metadata(&target) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&target)?,
+                Ok(_) => std::fs::remove_file(&target)?,
+                Err(_) => {}
+            }
+            std::fs::rename(entry.path(), &target)?;
+        }
+        std::fs::remove_dir(staging)?;
+        if let Some(time) = time {
+            filetime::set_file_times(root, time, time)?;
+        }
+        return Ok(());
+    }
+    std::fs::remove_dir_all(staging)
 }

@@ -176,8 +176,10 @@ fn print_stopped(name: &str, saved: &Saved) {
     }
     if let Some(stats) = DedupRecord::from_fields(&s.fields).and_then(|d| d.last_stop) {
         println!(
-            "generation {}: uploaded {} in {} ({} of {} new; {}% already stored)",
+            "generation {}: read {} ({} unchanged, not read), uploaded {} in {} ({} of {} new; {}% already stored)",
             stats.generation,
+            human_bytes(stats.read_bytes),
+            count(stats.files_unchanged as usize, "file"),
             human_bytes(stats.uploaded_bytes),
             count(stats.upload_calls as usize, "call"),
             stats.new_chunks,

@@ -269,7 +269,22 @@ pub(crate) fn decode_chunk(
 
 /// Decodes one stored chunk into `raw` (its previous content replaced; its
 /// allocation reused) and checks it against its id.
+#[cfg(test)]
 pub(super) fn decode_chunk_into(
+    id: &ChunkId,
+    location: &ChunkLocation,
+    stored: &[u8],
+    raw: &mut Vec<u8>,
+) -> Result<(), FormatError> {
+    let mut decompressor =
+        zstd::bulk::Decompressor::new().map_err(|_| FormatError::Chunk(hex::encode(id)))?;
+    decode_chunk_with(&mut decompressor, id, location, stored, raw)
+}
+
+/// [`decode_chunk_into`] with a decompressor the caller keeps (one per
+/// restore: making one per chunk costs more than small chunks do).
+pub(super) fn decode_chunk_with(
+    decompressor: &mut zstd::bulk::Decompressor<'static>,
     id: &ChunkId,
     location: &ChunkLocation,
     stored: &[u8],
@@ -280,8 +295,8 @@ pub(super) fn decode_chunk_into(
         Codec::Raw => raw.extend_from_slice(stored),
         Codec::Zstd => {
             raw.reserve(location.raw_len as usize);
-            zstd::bulk::Decompressor::new()
-                .and_then(|mut d| d.decompress_to_buffer(stored, raw))
+            decompressor
+                .decompress_to_buffer(stored, raw)
                 .map_err(|_| FormatError::Chunk(hex::encode(id)))?;
         }
     }

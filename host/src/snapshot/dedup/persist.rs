@@ -60,16 +60,23 @@ struct Packed {
 /// in the packer's list.
 type ParentRun = Vec<IndexEntry>;
 
-/// The blocking half: chunks, hashes, compresses and packs.
+/// The blocking half: cuts and hashes chunks, and hands new ones to the
+/// pack builder's thread.
 struct Packer {
-    tag: String,
     chunker_params: ChunkerParams,
-    compressor: zstd::bulk::Compressor<'static>,
-    known: HashMap<ChunkId, (u32, ChunkLocation)>,
+    known: HashMap<ChunkId, Known>,
     parent_files: HashMap<Vec<u8>, ParentRun>,
+    /// The parent's (and base's) packs; the new ones follow at the end.
     packs: Vec<String>,
-    open: Option<(PackWriter<BufWriter<std::fs::File>>, tempfile::TempPath)>,
-    spool: PathBuf,
+    /// New chunks to the pack builder.
+    builder: Option<std::sync::mpsc::SyncSender<(ChunkId, Vec<u8>)>>,
+    building: Option<std::thread::JoinHandle<Result<Built, StoreError>>>,
+    /// Buffers back from the pack builder.
+    spare: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// Entries of new chunks, in the order sent to the builder.
+    pending: Vec<usize>,
+    /// Entries repeating a new chunk, and the entry that first had it.
+    duplicates: Vec<(usize, usize)>,
     entries: Vec<IndexEntry>,
     members: Vec<Member>,
     /// The file being read: its chunker.
@@ -79,7 +86,6 @@ struct Packer {
     new_chunks: u64,
     new_bytes: u64,
     limits: crate::workspace::ArchiveLimits,
-    done: mpsc::Sender<FinishedPack>,
 }
 
 fn local(what: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
@@ -197,7 +203,7 @@ impl Packer {
                 "the workspace's last file ended early",
             )));
         }
-        self.close_pack()?;
+        self.finish_packs()?;
         Ok(Packed {
             entries: self.entries,
             members: self.members,
@@ -285,14 +291,143 @@ impl Packer {
 
     fn chunk(&mut self, raw: &[u8]) -> Result<(), StoreError> {
         let id = *blake3::hash(raw).as_bytes();
-        if let Some((pack, location)) = self.known.get(&id) {
-            self.entries.push(IndexEntry {
-                chunk: id,
-                pack: *pack,
-                location: *location,
-            });
-            return Ok(());
+        let placeholder = IndexEntry {
+            chunk: id,
+            pack: u32::MAX,
+            location: ChunkLocation {
+                offset: 0,
+                stored_len: 0,
+                raw_len: raw.len() as u32,
+                codec: Codec::Raw,
+            },
+        };
+        match self.known.get(&id) {
+            Some(Known::At(pack, location)) => {
+                self.entries.push(IndexEntry {
+                    chunk: id,
+                    pack: *pack,
+                    location: *location,
+                });
+                return Ok(());
+            }
+            Some(Known::Pending(first)) => {
+                self.duplicates.push((self.entries.len(), *first));
+                self.entries.push(placeholder);
+                return Ok(());
+            }
+            None => {}
         }
+        self.known.insert(id, Known::Pending(self.entries.len()));
+        self.pending.push(self.entries.len());
+        self.entries.push(placeholder);
+        self.new_chunks += 1;
+        self.new_bytes += raw.len() as u64;
+        let mut buffer = self.spare.try_recv().unwrap_or_default();
+        buffer.clear();
+        buffer.extend_from_slice(raw);
+        let sent = self
+            .builder
+            .as_ref()
+            .is_some_and(|b| b.send((id, buffer)).is_ok());
+        if !sent {
+            return Err(self.builder_stopped());
+        }
+        Ok(())
+    }
+
+    /// The pack builder's own error, once it stopped.
+    fn builder_stopped(&mut self) -> StoreError {
+        self.builder = None;
+        match self.building.take().map(|t| t.join()) {
+            Some(Ok(Err(e))) => e,
+            _ => StoreError::Local {
+                what: "building packs",
+                source: std::io::Error::other("the pack builder stopped"),
+            },
+        }
+    }
+
+    /// Waits for the pack builder, and puts the places it gave the new
+    /// chunks into the entries.
+    fn finish_packs(&mut self) -> Result<(), StoreError> {
+        self.builder = None;
+        let built = match self.building.take().map(|t| t.join()) {
+            Some(Ok(built)) => built?,
+            _ => {
+                return Err(StoreError::Local {
+                    what: "building packs",
+                    source: std::io::Error::other("the pack builder panicked"),
+                })
+            }
+        };
+        let base = self.packs.len() as u32;
+        if built.locations.len() != self.pending.len() {
+            return Err(StoreError::Local {
+                what: "building packs",
+                source: std::io::Error::other("the pack builder lost chunks"),
+            });
+        }
+        for (&at, (pack, location)) in self.pending.iter().zip(&built.locations) {
+            self.entries[at].pack = base + pack;
+            self.entries[at].location = *location;
+        }
+        for &(at, first) in &self.duplicates {
+            self.entries[at].pack = self.entries[first].pack;
+            self.entries[at].location = self.entries[first].location;
+        }
+        self.packs.extend(built.packs);
+        Ok(())
+    }
+}
+
+/// Where a chunk this stop has seen is.
+#[derive(Clone, Copy)]
+enum Known {
+    /// In a pack (a parent's, by the packer's number).
+    At(u32, ChunkLocation),
+    /// New in this stop: the entry that first had it (its place comes
+    /// from the pack builder at the end).
+    Pending(usize),
+}
+
+/// What the pack builder made: the new packs, and each new chunk's
+/// place (pack number among the new packs), in the order sent.
+struct Built {
+    packs: Vec<String>,
+    locations: Vec<(u32, ChunkLocation)>,
+}
+
+/// The pack builder: on a thread of its own (the second core), it
+/// compresses the new chunks and writes them into packs, handing each
+/// finished pack to the uploader.
+struct PackBuilder {
+    tag: String,
+    compressor: zstd::bulk::Compressor<'static>,
+    open: Option<(PackWriter<BufWriter<std::fs::File>>, tempfile::TempPath)>,
+    spool: PathBuf,
+    packs: Vec<String>,
+    locations: Vec<(u32, ChunkLocation)>,
+    done: mpsc::Sender<FinishedPack>,
+}
+
+impl PackBuilder {
+    fn run(
+        mut self,
+        chunks: std::sync::mpsc::Receiver<(ChunkId, Vec<u8>)>,
+        spare: std::sync::mpsc::SyncSender<Vec<u8>>,
+    ) -> Result<Built, StoreError> {
+        for (id, raw) in chunks {
+            self.add(id, &raw)?;
+            let _ = spare.try_send(raw);
+        }
+        self.close_pack()?;
+        Ok(Built {
+            packs: self.packs,
+            locations: self.locations,
+        })
+    }
+
+    fn add(&mut self, id: ChunkId, raw: &[u8]) -> Result<(), StoreError> {
         let compressed = self.compressor.compress(raw).ok();
         let (stored, codec) = match &compressed {
             Some(c) if c.len() < raw.len() - raw.len() / 32 => (c.as_slice(), Codec::Zstd),
@@ -317,14 +452,7 @@ impl Packer {
             .add(id, raw.len() as u32, stored, codec)
             .map_err(local("writing a pack file"))?;
         let full = writer.len() >= PACK_TARGET_BYTES;
-        self.known.insert(id, (pack, location));
-        self.entries.push(IndexEntry {
-            chunk: id,
-            pack,
-            location,
-        });
-        self.new_chunks += 1;
-        self.new_bytes += raw.len() as u64;
+        self.locations.push((pack, location));
         if full {
             self.close_pack()?;
         }
@@ -492,16 +620,35 @@ impl DedupSnapshot {
         let number = self.record().next_number();
         let spool = self.spool_dir()?;
         let (pack_tx, mut pack_rx) = mpsc::channel::<FinishedPack>(1);
-        let packer = Packer {
+        let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<(ChunkId, Vec<u8>)>(8);
+        let (spare_tx, spare_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+        let builder = PackBuilder {
             tag: self.tag.clone(),
-            chunker_params: self.options.chunker,
             compressor: zstd::bulk::Compressor::new(self.options.zstd_level)
                 .map_err(local("starting the compressor"))?,
-            known,
-            parent_files,
-            packs,
             open: None,
             spool,
+            packs: Vec::new(),
+            locations: Vec::new(),
+            done: pack_tx,
+        };
+        let building = std::thread::Builder::new()
+            .name("berth-packs".into())
+            .spawn(move || builder.run(chunk_rx, spare_tx))
+            .map_err(local("starting the pack builder"))?;
+        let packer = Packer {
+            chunker_params: self.options.chunker,
+            known: known
+                .into_iter()
+                .map(|(id, (pack, location))| (id, Known::At(pack, location)))
+                .collect(),
+            parent_files,
+            packs,
+            builder: Some(chunk_tx),
+            building: Some(building),
+            spare: spare_rx,
+            pending: Vec::new(),
+            duplicates: Vec::new(),
             entries: Vec::new(),
             members: Vec::new(),
             current: None,
@@ -509,7 +656,6 @@ impl DedupSnapshot {
             new_chunks: 0,
             new_bytes: 0,
             limits: crate::workspace::ArchiveLimits::default(),
-            done: pack_tx,
         };
         let packing = tokio::task::spawn_blocking(move || packer.run(source, spent_tx));
         let upload = async {

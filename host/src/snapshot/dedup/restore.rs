@@ -12,7 +12,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::cache::hash_file;
-use super::format::{decode_chunk_into, names, Index, Segment, MAX_PACK_BYTES};
+use super::format::{decode_chunk_with, names, Index, Segment, MAX_PACK_BYTES};
 use super::record::Generation;
 use super::{is_not_found, DedupSnapshot};
 use crate::capped_writer::CappedWriter;
@@ -38,6 +38,28 @@ fn decode_all(
     let v1 = index.header.version < 2;
     let mut tar = blake3::Hasher::new();
     let mut stored = Vec::new();
+    let mut raw = Vec::new();
+    let mut decompressor = zstd::bulk::Decompressor::new().map_err(|source| StoreError::Local {
+        what: "starting the decompressor",
+        source,
+    })?;
+    // Output goes in batches of about 1 MiB: small files make small
+    // pieces, and each send and write costs more than its bytes.
+    let mut batch = spent.try_recv().unwrap_or_default();
+    batch.clear();
+    let mut flush = |batch: &mut Vec<u8>, force: bool| -> bool {
+        if batch.is_empty() || (!force && batch.len() < OUT_BATCH) {
+            return true;
+        }
+        let next = spent
+            .try_recv()
+            .map(|mut b| {
+                b.clear();
+                b
+            })
+            .unwrap_or_else(|_| Vec::with_capacity(OUT_BATCH + (1 << 20)));
+        out.blocking_send(std::mem::replace(batch, next)).is_ok()
+    };
     for segment in index.segments() {
         let entry = match segment.map_err(|source| StoreError::Local {
             what: "rendering the workspace's headers",
@@ -47,7 +69,8 @@ fn decode_all(
                 if v1 {
                     tar.update(&bytes);
                 }
-                if out.blocking_send(bytes).is_err() {
+                batch.extend_from_slice(&bytes);
+                if !flush(&mut batch, false) {
                     return Ok(String::new());
                 }
                 continue;
@@ -87,15 +110,25 @@ fn decode_all(
                     why: "a chunk the index names lies past its end".into(),
                 })
             })?;
-        let mut raw = spent.try_recv().unwrap_or_default();
-        decode_chunk_into(&entry.chunk, &entry.location, &stored, &mut raw).map_err(damaged)?;
+        decode_chunk_with(
+            &mut decompressor,
+            &entry.chunk,
+            &entry.location,
+            &stored,
+            &mut raw,
+        )
+        .map_err(damaged)?;
         if v1 {
             tar.update(&raw);
         }
-        if out.blocking_send(raw).is_err() {
+        batch.extend_from_slice(&raw);
+        if !flush(&mut batch, false) {
             // The writer stopped; its error says why.
             return Ok(String::new());
         }
+    }
+    if !flush(&mut batch, true) {
+        return Ok(String::new());
     }
     if v1 {
         Ok(format!("blake3:{}", tar.finalize().to_hex()))
@@ -103,6 +136,9 @@ fn decode_all(
         Ok(index.tree_seal())
     }
 }
+
+/// Bytes of tar handed to the writer at a time.
+const OUT_BATCH: usize = 1 << 20;
 
 /// A pack on local disk for the length of a restore.
 struct LocalPack {
