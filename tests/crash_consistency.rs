@@ -106,7 +106,14 @@ fn trials(snapshot: &str, home: &Path, seed: u64) {
             &format!("echo {i} > marker && dd if=/dev/urandom of=big.bin bs=1048576 count=1 seek={} conv=notrunc 2>/dev/null", i % 32),
         ]);
         let attempted = cli.ok(&["exec", name, "--", LISTING]);
-        let delay = Duration::from_micros(rng.next() % (stop_time.as_micros() as u64 * 3 / 2 + 1));
+        // Deduplicated stops after the first are shorter than it: kills
+        // spread over one first stop's time rather than one and a half.
+        let spread = if dedup {
+            stop_time.as_micros() as u64
+        } else {
+            stop_time.as_micros() as u64 * 3 / 2
+        };
+        let delay = Duration::from_micros(rng.next() % (spread + 1));
         let mut child = Command::new(berth_bin())
             .env("BERTH_NO_SERVER", "1")
             .env("BERTH_HOME", &cli.home)
@@ -132,7 +139,7 @@ fn trials(snapshot: &str, home: &Path, seed: u64) {
             mid_persist += 1;
         }
         if cached && status.success() {
-            let stats = &state["state"]["snapshot"]["fields"]["dedup"]["last_stop"];
+            let stats = &state["state"]["snapshot"]["dedup"]["last_stop"];
             if stats["files_unchanged"].as_u64().unwrap_or(0) > 0 {
                 cached_stops += 1;
             }
