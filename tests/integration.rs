@@ -28,6 +28,8 @@ mod lifecycle;
 mod nothing_lost;
 #[path = "plugin_host.rs"]
 mod plugin_host;
+#[path = "registry.rs"]
+mod registry;
 #[path = "round_trip.rs"]
 mod round_trip;
 #[path = "server.rs"]

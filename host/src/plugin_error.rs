@@ -24,6 +24,16 @@ pub enum PluginError {
         /// Why.
         message: String,
     },
+    /// The component could not be fetched from its registry, or the
+    /// artifact there is not one component of the manifest's world.
+    #[error("plugin {plugin}: {source}")]
+    Registry {
+        /// Plugin name.
+        plugin: String,
+        /// What the registry or the plugin cache said.
+        #[source]
+        source: crate::plugin::registry::RegistryError,
+    },
     /// The component does not implement the contract the manifest names
     /// (missing export, different contract version, unsatisfiable import).
     #[error("plugin {plugin} violates the berth:snapshot contract: {message}")]

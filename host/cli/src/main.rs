@@ -4,6 +4,7 @@ mod commands;
 mod leftovers;
 mod plugin;
 mod sandboxes;
+mod scaffold;
 mod server;
 mod table;
 

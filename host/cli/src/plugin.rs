@@ -1,4 +1,4 @@
-//! `berth plugin check|inspect`.
+//! `berth plugin check|inspect|push|pull|save|load|new`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,7 +8,11 @@ use anyhow::Context;
 use berth::conformance::{self, ConformanceOptions, OpenSnapshot};
 use berth::plugin::inspect::{detect_world, inspect_component};
 use berth::plugin::manifest::parse_byte_size;
-use berth::plugin::{DirMode, Plugin, PluginHost, PluginManifest, World};
+use berth::plugin::registry::ComponentShape;
+use berth::plugin::{
+    ComponentSource, DirMode, OciReference, Plugin, PluginHost, PluginManifest, Registry,
+    RegistryOptions, World,
+};
 use berth::SandboxSnapshot;
 use clap::Subcommand;
 
@@ -36,6 +40,44 @@ pub enum PluginCommand {
         #[arg(long = "config", value_parser = parse_kv)]
         config: Vec<(String, String)>,
     },
+    /// Push a component to a registry and print its pinned reference.
+    ///
+    /// TARGET is a manifest (its component is pushed) or a component file.
+    /// REFERENCE is oci://HOST[:PORT]/REPO:TAG; the digest is computed and
+    /// printed, to paste into manifests. The same bytes pushed twice get the
+    /// same digest. Registries speaking plain HTTP must be listed in
+    /// BERTH_REGISTRY_PLAIN_HTTP; credentials come from the docker config.
+    Push {
+        /// Manifest or component.
+        target: PathBuf,
+        /// Where to push: oci://HOST[:PORT]/REPO:TAG.
+        reference: String,
+    },
+    /// Fetch a component into the plugin cache (and compile it), so hosts
+    /// load it without the network. Prints the pinned reference.
+    Pull {
+        /// oci://HOST[:PORT]/REPO[:TAG][@sha256:DIGEST]; a tag is resolved
+        /// and the digest printed.
+        reference: String,
+    },
+    /// Write cached plugins to an OCI image layout tar, for hosts with no
+    /// registry (pulling any that are not cached yet).
+    Save {
+        /// References to save.
+        #[arg(required = true)]
+        references: Vec<String>,
+        /// The tar to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Read a tar written by `berth plugin save` into the plugin cache;
+    /// every blob is checked against its digest before any is kept.
+    Load {
+        /// The tar to read (`-` for standard input).
+        input: PathBuf,
+    },
+    /// Write a new, working store plugin to start from.
+    New(crate::scaffold::NewArgs),
     /// List a component's world, imports and exports.
     Inspect {
         /// The component.
@@ -71,6 +113,11 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
             config,
         } => check(&target, json, large_size, medium_size, config).await,
         PluginCommand::Inspect { component, json } => inspect(&component, json).await,
+        PluginCommand::Push { target, reference } => push(&target, &reference).await,
+        PluginCommand::Pull { reference } => pull(&reference).await,
+        PluginCommand::Save { references, output } => save(&references, &output).await,
+        PluginCommand::Load { input } => load(&input),
+        PluginCommand::New(args) => crate::scaffold::run(args),
     }
 }
 
@@ -169,6 +216,115 @@ async fn inspect(component: &Path, json: bool) -> anyhow::Result<ExitCode> {
     println!("exports:");
     for e in &info.exports {
         println!("  {e}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_reference(s: &str) -> anyhow::Result<OciReference> {
+    s.parse::<OciReference>()
+        .map_err(|e| anyhow::anyhow!("bad plugin reference: {e}"))
+}
+
+async fn push(target: &Path, reference: &str) -> anyhow::Result<ExitCode> {
+    let reference = parse_reference(reference)?;
+    let host = PluginHost::new()?;
+    let (component, declared) = if target.extension().and_then(|e| e.to_str()) == Some("toml") {
+        let manifest = PluginManifest::from_file(target)?;
+        match &manifest.component {
+            ComponentSource::Path(p) => (p.clone(), Some(manifest.world)),
+            ComponentSource::Registry(r) => anyhow::bail!(
+                "{}: its component is already a registry reference ({r}); push the component file",
+                target.display()
+            ),
+        }
+    } else {
+        (target.to_path_buf(), None)
+    };
+    let info = inspect_component(&host, &component).await?;
+    if let Some(world) = declared {
+        if info.world != Some(world) {
+            anyhow::bail!(
+                "{}: the manifest says {}, but {} exports [{}]; nothing was pushed",
+                target.display(),
+                world.name(),
+                component.display(),
+                info.exports.join(", ")
+            );
+        }
+    }
+    let shape = ComponentShape {
+        world: info.world,
+        imports: info.imports,
+        exports: info.exports,
+    };
+    let pinned = host.registry().push(&component, shape, &reference).await?;
+    println!("pushed {pinned}");
+    println!("  (paste this into manifests: component = \"{pinned}\")");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn pull(reference: &str) -> anyhow::Result<ExitCode> {
+    let reference = parse_reference(reference)?;
+    let host = PluginHost::new()?;
+    let fetched = host.registry().fetch(&reference, None, true).await?;
+    // Compile now, so the first load is quick.
+    let info = inspect_component(&host, &fetched.path).await?;
+    println!(
+        "pulled {} ({} bytes{}{})",
+        fetched.reference,
+        info.size,
+        match info.world {
+            Some(w) => format!(", {}", w.name()),
+            None => String::new(),
+        },
+        if fetched.from_cache {
+            ", already cached"
+        } else {
+            ""
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn save(references: &[String], output: &Path) -> anyhow::Result<ExitCode> {
+    let registry = Registry::new(RegistryOptions::from_env());
+    let mut pinned = Vec::new();
+    for r in references {
+        let reference = parse_reference(r)?;
+        let fetched = registry.fetch(&reference, None, true).await?;
+        pinned.push(fetched.reference);
+    }
+    let dir = output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let temp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a file in {}", dir.display()))?;
+    registry.save(&pinned, std::io::BufWriter::new(temp.as_file()))?;
+    temp.persist(output)
+        .with_context(|| format!("writing {}", output.display()))?;
+    for p in &pinned {
+        println!("saved {p}");
+    }
+    println!(
+        "wrote {} (load it with `berth plugin load {}`)",
+        output.display(),
+        output.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load(input: &Path) -> anyhow::Result<ExitCode> {
+    let registry = Registry::new(RegistryOptions::from_env());
+    let references = if input == Path::new("-") {
+        registry.load(std::io::stdin().lock())?
+    } else {
+        let file =
+            std::fs::File::open(input).with_context(|| format!("opening {}", input.display()))?;
+        registry.load(std::io::BufReader::new(file))?
+    };
+    for r in &references {
+        println!("loaded {r}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -29,7 +29,7 @@ pub async fn inspect_component(
     path: &Path,
 ) -> Result<ComponentInfo, PluginError> {
     let manifest = PluginManifest::for_component(path, World::RemoteClient);
-    let (component, digest, _) = host.compile(&manifest).await?;
+    let (component, digest, _, _) = host.compile(&manifest).await?;
     let engine = host.engine();
     let ty = component.component_type();
     let imports: Vec<String> = ty.imports(engine).map(|(n, _)| n.to_string()).collect();

@@ -3,7 +3,9 @@
 //!
 //! ```toml
 //! name = "fs-store"
-//! component = "fs_store.wasm"          # relative to this file
+//! component = "fs_store.wasm"          # relative to this file, or
+//! # component = "oci://registry.example.com/plugins/fs-store:0.1.0@sha256:…"
+//! # accept_unpinned = false            # true: a reference without @sha256 is taken
 //! world = "remote-client-plugin"       # or "snapshot-plugin"
 //!
 //! [config]                             # passed to the plugin's `open`
@@ -29,6 +31,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::registry::{OciReference, SCHEME};
 use crate::plugin_error::PluginError;
 
 /// Default memory grant.
@@ -180,13 +183,44 @@ impl Default for Grants {
     }
 }
 
+/// Where a plugin's component comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ComponentSource {
+    /// A file (absolute once read from a manifest).
+    Path(PathBuf),
+    /// A registry reference, fetched through the plugin cache.
+    Registry(OciReference),
+}
+
+impl ComponentSource {
+    /// The file, for a path source.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            ComponentSource::Path(p) => Some(p),
+            ComponentSource::Registry(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ComponentSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ComponentSource::Path(p) => write!(f, "{}", p.display()),
+            ComponentSource::Registry(r) => write!(f, "{r}"),
+        }
+    }
+}
+
 /// A loaded, validated manifest.
 #[derive(Debug, Clone)]
 pub struct PluginManifest {
     /// Plugin name, used in logs and errors.
     pub name: String,
-    /// Absolute path of the component.
-    pub component: PathBuf,
+    /// The component: a file or a registry reference.
+    pub component: ComponentSource,
+    /// Whether a registry reference without a digest is taken (and the
+    /// digest it resolved to logged). By default, it is refused.
+    pub accept_unpinned: bool,
     /// Which world it implements.
     pub world: World,
     /// Configuration passed to `open`, with `${ENV}` expanded.
@@ -201,7 +235,9 @@ pub struct PluginManifest {
 #[serde(deny_unknown_fields)]
 struct RawManifest {
     name: Option<String>,
-    component: PathBuf,
+    component: String,
+    #[serde(default)]
+    accept_unpinned: bool,
     world: World,
     #[serde(default)]
     config: BTreeMap<String, String>,
@@ -310,7 +346,28 @@ impl PluginManifest {
             .unwrap_or_else(|| "plugin".into());
         PluginManifest {
             name,
-            component,
+            component: ComponentSource::Path(component),
+            accept_unpinned: false,
+            world,
+            config: Vec::new(),
+            grants: Grants::default(),
+            source: None,
+        }
+    }
+
+    /// A manifest for the component `reference` names, with no grants,
+    /// named after its repository's last part.
+    pub fn for_reference(reference: OciReference, world: World) -> Self {
+        let name = reference
+            .repository
+            .rsplit('/')
+            .next()
+            .unwrap_or("plugin")
+            .to_string();
+        PluginManifest {
+            name,
+            component: ComponentSource::Registry(reference),
+            accept_unpinned: false,
             world,
             config: Vec::new(),
             grants: Grants::default(),
@@ -365,12 +422,26 @@ impl PluginManifest {
                 base.join(p)
             }
         };
-        let component = resolve(&raw.component);
-        let name = raw.name.unwrap_or_else(|| {
-            component
+        let component = if raw.component.starts_with(SCHEME) {
+            ComponentSource::Registry(
+                raw.component
+                    .parse::<OciReference>()
+                    .map_err(|e| format!("component: {e}"))?,
+            )
+        } else {
+            ComponentSource::Path(resolve(Path::new(&raw.component)))
+        };
+        let name = raw.name.unwrap_or_else(|| match &component {
+            ComponentSource::Path(p) => p
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "plugin".into())
+                .unwrap_or_else(|| "plugin".into()),
+            ComponentSource::Registry(r) => r
+                .repository
+                .rsplit('/')
+                .next()
+                .unwrap_or("plugin")
+                .to_string(),
         });
         let mut config = Vec::new();
         for (k, v) in &raw.config {
@@ -419,6 +490,7 @@ impl PluginManifest {
         Ok(PluginManifest {
             name,
             component,
+            accept_unpinned: raw.accept_unpinned,
             world: raw.world,
             config,
             grants,
@@ -455,7 +527,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.name, "x");
-        assert_eq!(m.component, PathBuf::from("/base/x.wasm"));
+        assert_eq!(m.component, ComponentSource::Path("/base/x.wasm".into()));
         assert!(m.config.contains(&("key".into(), "s3cr3t-$".into())));
         assert_eq!(m.grants.max_memory, 64 << 20);
         assert_eq!(m.grants.deadline, Duration::from_millis(2500));
@@ -492,6 +564,27 @@ mod tests {
         )
         .unwrap_err();
         assert!(typo.contains("max_memroy"), "{typo}");
+    }
+
+    #[test]
+    fn registry_references() {
+        let d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let m = PluginManifest::from_toml(
+            &format!("component='oci://127.0.0.1:5055/plugins/my-store:0.1.0@{d}'\nworld='remote-client-plugin'"),
+            Path::new("/"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(m.name, "my-store");
+        assert!(!m.accept_unpinned);
+        assert!(matches!(&m.component, ComponentSource::Registry(r) if r.is_pinned()));
+        let e = PluginManifest::from_toml(
+            "component='oci://store:1'\nworld='remote-client-plugin'",
+            Path::new("/"),
+            None,
+        )
+        .unwrap_err();
+        assert!(e.starts_with("component:"), "{e}");
     }
 
     #[test]

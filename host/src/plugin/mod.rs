@@ -20,13 +20,15 @@ mod engine;
 
 pub mod inspect;
 pub mod manifest;
+pub mod registry;
 mod stream_bridge;
 mod wasm_remote_client;
 mod wasm_snapshot;
 
 pub use crate::plugin_error::PluginError;
 pub use compile_cache::{CacheOutcome, CompileCache};
-pub use manifest::{DirGrant, DirMode, Grants, HttpOrigin, PluginManifest, World};
+pub use manifest::{ComponentSource, DirGrant, DirMode, Grants, HttpOrigin, PluginManifest, World};
+pub use registry::{OciReference, Registry, RegistryError, RegistryOptions};
 pub use wasm_remote_client::WasmRemoteClient;
 pub use wasm_snapshot::WasmSnapshot;
 
@@ -60,6 +62,7 @@ struct HostInner {
     engine: Engine,
     linker: Linker<PluginState>,
     cache: CompileCache,
+    registry: Registry,
 }
 
 /// The pre-linked instance factory of a plugin, by world.
@@ -75,6 +78,7 @@ pub(crate) struct LoadedPlugin {
     engine: Engine,
     pre: Pre,
     digest: String,
+    resolved: Option<OciReference>,
     cache_outcome: CacheOutcome,
     load_time: Duration,
     warnings: Vec<String>,
@@ -87,14 +91,24 @@ pub struct Plugin {
 }
 
 impl PluginHost {
-    /// A host with the compile cache from the environment
-    /// (see [`CompileCache::from_env`]).
+    /// A host with the compile cache and registry options from the
+    /// environment (see [`CompileCache::from_env`],
+    /// [`RegistryOptions::from_env`]).
     pub fn new() -> Result<Self, PluginError> {
         Self::with_cache(CompileCache::from_env())
     }
 
-    /// A host with the given compile cache.
+    /// A host with the given compile cache (registries as the environment
+    /// says).
     pub fn with_cache(cache: CompileCache) -> Result<Self, PluginError> {
+        Self::with_cache_and_registry(cache, RegistryOptions::from_env())
+    }
+
+    /// A host with the given compile cache and registry options.
+    pub fn with_cache_and_registry(
+        cache: CompileCache,
+        registry: RegistryOptions,
+    ) -> Result<Self, PluginError> {
         let host_error = |message: String| PluginError::Host {
             plugin: "-".into(),
             operation: "start",
@@ -112,6 +126,7 @@ impl PluginHost {
                 engine,
                 linker,
                 cache,
+                registry: Registry::new(registry),
             }),
         })
     }
@@ -124,6 +139,11 @@ impl PluginHost {
     /// The compile cache.
     pub fn cache(&self) -> &CompileCache {
         &self.inner.cache
+    }
+
+    /// The registries and the plugin cache `oci://` components come from.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
     }
 
     /// Loads the plugin described by the manifest file at `path`.
@@ -151,7 +171,7 @@ impl PluginHost {
         create_granted_dirs(&manifest)?;
         // Fail at load, not on the first call, when a grant cannot be met.
         PluginState::from_grants(&manifest.name, &manifest.grants)?;
-        let (component, digest, cache_outcome) = self.compile(&manifest).await?;
+        let (component, digest, resolved, cache_outcome) = self.compile(&manifest).await?;
         check_exports(&self.inner.engine, &component, &manifest)?;
         let warnings = unused_grants(&self.inner.engine, &component, &manifest);
         for warning in &warnings {
@@ -186,6 +206,7 @@ impl PluginHost {
                 manifest,
                 pre,
                 digest,
+                resolved,
                 cache_outcome,
                 load_time,
                 warnings,
@@ -197,15 +218,35 @@ impl PluginHost {
     pub(crate) async fn compile(
         &self,
         manifest: &PluginManifest,
-    ) -> Result<(Component, String, CacheOutcome), PluginError> {
+    ) -> Result<(Component, String, Option<OciReference>, CacheOutcome), PluginError> {
+        let (path, bytes, resolved) = match &manifest.component {
+            ComponentSource::Path(path) => {
+                let bytes = tokio::fs::read(path).await.map_err(|e| PluginError::Load {
+                    plugin: manifest.name.clone(),
+                    path: path.clone(),
+                    message: format!("cannot read it: {e}"),
+                })?;
+                (path.clone(), bytes, None)
+            }
+            ComponentSource::Registry(reference) => {
+                let fetched = self
+                    .inner
+                    .registry
+                    .fetch(reference, Some(manifest.world), manifest.accept_unpinned)
+                    .await
+                    .map_err(|source| PluginError::Registry {
+                        plugin: manifest.name.clone(),
+                        source,
+                    })?;
+                tracing::debug!(plugin = %manifest.name, reference = %fetched.reference, from_cache = fetched.from_cache, "component fetched");
+                (fetched.path, fetched.bytes, Some(fetched.reference))
+            }
+        };
         let load_error = |message: String| PluginError::Load {
             plugin: manifest.name.clone(),
-            path: manifest.component.clone(),
+            path: path.clone(),
             message,
         };
-        let bytes = tokio::fs::read(&manifest.component)
-            .await
-            .map_err(|e| load_error(format!("cannot read it: {e}")))?;
         if !bytes.starts_with(b"\0asm") {
             return Err(load_error("not a WebAssembly file".into()));
         }
@@ -225,7 +266,7 @@ impl PluginHost {
                 .await
                 .map_err(|e| load_error(format!("compiler thread failed: {e}")))?
                 .map_err(|e| load_error(format!("{e:#}")))?;
-        Ok((component, digest, outcome))
+        Ok((component, digest, resolved, outcome))
     }
 }
 
@@ -328,6 +369,12 @@ impl Plugin {
     /// The BLAKE3 digest of the component bytes.
     pub fn digest(&self) -> &str {
         &self.inner.digest
+    }
+
+    /// The registry reference it was loaded from, pinned to the digest it
+    /// resolved to; `None` for a component file.
+    pub fn reference(&self) -> Option<&OciReference> {
+        self.inner.resolved.as_ref()
     }
 
     /// The world it implements.
