@@ -272,6 +272,9 @@ static bool splice_input(wasi_io_streams_borrow_input_stream_t in, const char *p
     return ok;
 }
 
+// BACKEND: a real store streams the upload to its service here (granted in
+// the manifest's grants.http_hosts) and makes it visible only once the whole
+// stream has arrived; download, exists and delete below follow the same rules.
 bool exports_berth_snapshot_remote_client_method_client_upload(
     exports_berth_snapshot_remote_client_borrow_client_t self,
     fs_remote_client_string_t *snapshot_id,

@@ -124,6 +124,9 @@ class Client {
   }
 
   upload(id, data) {
+    // BACKEND: a real store streams `data` to its service here (granted in
+    // the manifest's grants.http_hosts) and makes it visible only once the
+    // whole stream has arrived.
     const target = this.path(id);
     const partialDir = join(this.rel, '.partial');
     try {

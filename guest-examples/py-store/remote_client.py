@@ -92,6 +92,9 @@ class Client(remote_client.Client):
         return join(self.rel, valid_id(snapshot_id) + ".tar")
 
     def upload(self, snapshot_id: str, data: streams.InputStream) -> None:
+        # BACKEND: a real store streams `data` to its service here (granted
+        # in the manifest's grants.http_hosts) and makes it visible only
+        # once the whole stream has arrived.
         target = self._path(snapshot_id)
         partial = join(self.rel, ".partial")
         try:
