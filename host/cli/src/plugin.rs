@@ -266,7 +266,7 @@ async fn push(target: &Path, reference: &str) -> anyhow::Result<ExitCode> {
 async fn pull(reference: &str) -> anyhow::Result<ExitCode> {
     let reference = parse_reference(reference)?;
     let host = PluginHost::new()?;
-    let fetched = host.registry().fetch(&reference, None, true).await?;
+    let fetched = host.registry().fetch(&reference, None, true, None).await?;
     // Compile now, so the first load is quick.
     let info = inspect_component(&host, &fetched.path).await?;
     println!(
@@ -291,7 +291,7 @@ async fn save(references: &[String], output: &Path) -> anyhow::Result<ExitCode> 
     let mut pinned = Vec::new();
     for r in references {
         let reference = parse_reference(r)?;
-        let fetched = registry.fetch(&reference, None, true).await?;
+        let fetched = registry.fetch(&reference, None, true, None).await?;
         pinned.push(fetched.reference);
     }
     let dir = output

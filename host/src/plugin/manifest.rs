@@ -8,6 +8,9 @@
 //! # accept_unpinned = false            # true: a reference without @sha256 is taken
 //! world = "remote-client-plugin"       # or "snapshot-plugin"
 //!
+//! [signature]                          # for an oci:// component: load it only
+//! key = "cosign.pub"                   # if a cosign signature verifies with this key
+//!
 //! [config]                             # passed to the plugin's `open`
 //! root = "/data"
 //! token = "${STORE_TOKEN}"             # expanded from the environment
@@ -229,6 +232,9 @@ pub struct PluginManifest {
     pub grants: Grants,
     /// The manifest file, when it came from one.
     pub source: Option<PathBuf>,
+    /// A cosign public key (PEM) that must verify a signature on a
+    /// registry component before it is compiled. By default, none.
+    pub signature_key: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -243,6 +249,13 @@ struct RawManifest {
     config: BTreeMap<String, String>,
     #[serde(default)]
     grants: RawGrants,
+    signature: Option<RawSignature>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSignature {
+    key: PathBuf,
 }
 
 #[derive(Deserialize, Default)]
@@ -352,6 +365,7 @@ impl PluginManifest {
             config: Vec::new(),
             grants: Grants::default(),
             source: None,
+            signature_key: None,
         }
     }
 
@@ -372,6 +386,7 @@ impl PluginManifest {
             config: Vec::new(),
             grants: Grants::default(),
             source: None,
+            signature_key: None,
         }
     }
 
@@ -487,7 +502,19 @@ impl PluginManifest {
             grants.deadline = Duration::from_secs_f64(secs);
         }
         grants.wall_clock = raw.grants.wall_clock;
+        let signature_key = match (raw.signature, &component) {
+            (None, _) => None,
+            (Some(s), ComponentSource::Registry(_)) => Some(resolve(&s.key)),
+            (Some(_), ComponentSource::Path(_)) => {
+                return Err(
+                    "signature applies to oci:// components (a signature names a registry \
+                     manifest digest); remove [signature] or push the component and name it by reference"
+                        .into(),
+                )
+            }
+        };
         Ok(PluginManifest {
+            signature_key,
             name,
             component,
             accept_unpinned: raw.accept_unpinned,

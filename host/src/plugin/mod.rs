@@ -229,15 +229,27 @@ impl PluginHost {
                 (path.clone(), bytes, None)
             }
             ComponentSource::Registry(reference) => {
+                let registry_error = |source| PluginError::Registry {
+                    plugin: manifest.name.clone(),
+                    source,
+                };
+                let key = match &manifest.signature_key {
+                    Some(path) => {
+                        Some(registry::CosignKey::from_file(path).map_err(registry_error)?)
+                    }
+                    None => None,
+                };
                 let fetched = self
                     .inner
                     .registry
-                    .fetch(reference, Some(manifest.world), manifest.accept_unpinned)
+                    .fetch(
+                        reference,
+                        Some(manifest.world),
+                        manifest.accept_unpinned,
+                        key.as_ref(),
+                    )
                     .await
-                    .map_err(|source| PluginError::Registry {
-                        plugin: manifest.name.clone(),
-                        source,
-                    })?;
+                    .map_err(registry_error)?;
                 tracing::debug!(plugin = %manifest.name, reference = %fetched.reference, from_cache = fetched.from_cache, "component fetched");
                 (fetched.path, fetched.bytes, Some(fetched.reference))
             }

@@ -15,6 +15,7 @@
 //! - `credentials`: docker config `auths`, `credHelpers`, `credsStore`.
 //! - `client`: the distribution API.
 //! - `layout_archive`: `save` / `load`.
+//! - `signature`: key-based cosign signatures.
 
 mod cache;
 mod client;
@@ -22,11 +23,13 @@ mod credentials;
 mod layout;
 mod layout_archive;
 mod reference;
+mod signature;
 
 pub use cache::BlobCache;
 pub use credentials::Credentials;
 pub use layout::{CONFIG_TYPE, LAYER_TYPE, MANIFEST_TYPE};
 pub use reference::{Digest, OciReference, SCHEME};
+pub use signature::CosignKey;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -135,6 +138,12 @@ pub enum RegistryError {
         /// `host[:port]`.
         registry: String,
         /// What failed.
+        message: String,
+    },
+    /// A signature the manifest requires is missing or does not verify.
+    #[error("signature: {message}")]
+    Signature {
+        /// What was checked and what to do.
         message: String,
     },
     /// A saved plugin archive is malformed.
@@ -356,12 +365,15 @@ impl Registry {
     /// when it is there (a pinned reference then needs no network). A
     /// reference without a digest is refused unless `accept_unpinned`; the
     /// digest it resolved to is then logged. `world`, when given, is checked
-    /// against the artifact's config before the layer is fetched.
+    /// against the artifact's config before the layer is fetched; `key`,
+    /// when given, must verify a cosign signature on the manifest digest
+    /// before the layer is fetched.
     pub async fn fetch(
         &self,
         reference: &OciReference,
         world: Option<World>,
         accept_unpinned: bool,
+        key: Option<&CosignKey>,
     ) -> Result<Fetched, RegistryError> {
         let pinned = if reference.is_pinned() {
             reference.clone()
@@ -405,6 +417,21 @@ impl Registry {
         };
         let manifest = layout::check_manifest(&manifest_bytes, None, max)
             .map_err(|reason| refused(&pinned, reason))?;
+        if let Some(key) = key {
+            if !self.verify_signature(&pinned, &digest, key, false).await? {
+                network = true;
+                if !self.verify_signature(&pinned, &digest, key, true).await? {
+                    return Err(RegistryError::Signature {
+                        message: format!(
+                            "no cosign signature on {pinned} verifies with the key {}; \
+                             sign it with `cosign sign --key cosign.key` or name the right key",
+                            key.path().display()
+                        ),
+                    });
+                }
+            }
+            tracing::info!(reference = %pinned, key = %key.path().display(), "cosign signature verified");
+        }
         let config_digest = parse_digest(&manifest.config.digest, &pinned)?;
         let config_bytes = match self
             .cache()
@@ -465,6 +492,101 @@ impl Registry {
             bytes,
             from_cache: !network,
         })
+    }
+
+    /// Whether a signature in the signature manifest (the cached one, or
+    /// with `fetch` the registry's) vouches for `digest` with `key`.
+    async fn verify_signature(
+        &self,
+        pinned: &OciReference,
+        digest: &Digest,
+        key: &CosignKey,
+        fetch: bool,
+    ) -> Result<bool, RegistryError> {
+        const PAYLOAD_MAX: u64 = 64 << 10;
+        let link = self.cache().root().join("signatures").join(digest.hex());
+        let bytes = if fetch {
+            let client = self.client(&pinned.registry)?;
+            let tag = signature::signature_tag(digest);
+            let (bytes, _ct, got) = match client
+                .get_manifest(
+                    &pinned.repository,
+                    &tag,
+                    "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json",
+                )
+                .await
+            {
+                Err(RegistryError::Status { status: 404, .. }) => {
+                    return Err(RegistryError::Signature {
+                        message: format!(
+                            "{pinned} is not signed: the registry has no {}/{}:{tag}; sign it with \
+                             `cosign sign --key cosign.key`",
+                            pinned.registry, pinned.repository
+                        ),
+                    })
+                }
+                other => other?,
+            };
+            self.cache().put(&bytes)?;
+            if let Some(parent) = link.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| RegistryError::Io {
+                    what: format!("creating {}", parent.display()),
+                    source: e,
+                })?;
+            }
+            let mut temp = self.cache().temp()?;
+            std::io::Write::write_all(&mut temp, got.as_str().as_bytes())
+                .and_then(|_| temp.persist(&link).map(drop).map_err(|e| e.error))
+                .map_err(|e| RegistryError::Io {
+                    what: format!("writing {}", link.display()),
+                    source: e,
+                })?;
+            bytes
+        } else {
+            let cached = std::fs::read_to_string(&link)
+                .ok()
+                .and_then(|s| Digest::parse(s.trim()).ok());
+            match cached {
+                Some(d) => match self.cache().read_verified(&d, layout::MAX_METADATA_BYTES)? {
+                    Some(b) => b,
+                    None => return Ok(false),
+                },
+                None => return Ok(false),
+            }
+        };
+        let manifest: signature::SignatureManifest =
+            serde_json::from_slice(&bytes).map_err(|e| RegistryError::Signature {
+                message: format!("the signature manifest of {pinned} is not a manifest: {e}"),
+            })?;
+        for layer in manifest
+            .layers
+            .iter()
+            .filter(|l| l.media_type == signature::PAYLOAD_TYPE && l.size <= PAYLOAD_MAX)
+            .take(signature::MAX_SIGNATURES)
+        {
+            let Some(sig) = layer.annotations.get(signature::SIGNATURE_ANNOTATION) else {
+                continue;
+            };
+            let Ok(d) = Digest::parse(&layer.digest) else {
+                continue;
+            };
+            let payload = match self.cache().read_verified(&d, PAYLOAD_MAX)? {
+                Some(b) => b,
+                None if fetch => {
+                    let b = self
+                        .client(&pinned.registry)?
+                        .get_small_blob(&pinned.repository, &d, PAYLOAD_MAX)
+                        .await?;
+                    self.cache().put(&b)?;
+                    b
+                }
+                None => continue,
+            };
+            if signature::payload_vouches(key, &payload, sig, digest) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Pushes the component at `path` to `reference` (a tag; the digest is
