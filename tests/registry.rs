@@ -1188,3 +1188,107 @@ async fn a_manifest_that_asks_for_a_signature_loads_only_what_its_key_signed() {
     let offline = super::registry::host(h, &reg.addr, &cache);
     offline.load(with_key(&signed, "cosign.pub")).await.unwrap();
 }
+
+/// The contract published as a WIT package, as the README says (the WIT
+/// encoded by `wasm-tools component wit --wasm`, pushed with `berth plugin
+/// push` to `REGISTRY/berth/snapshot:0.1.0`), is fetched by its package
+/// name with `oci-client`, the client wkg's `wasm-pkg-client` uses, mapping
+/// `NAMESPACE:NAME@VERSION` to `NAMESPACE/NAME:VERSION` as it does.
+#[tokio::test]
+async fn the_contract_package_is_fetched_by_name_with_the_client_wkg_uses() {
+    let path = format!(
+        "{}:{}",
+        std::env::var("HOME")
+            .map(|h| format!("{h}/.cargo/bin"))
+            .unwrap_or_default(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let have = Command::new("sh")
+        .args(["-c", "command -v wasm-tools"])
+        .env("PATH", &path)
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        assert!(!docker_required(), "wasm-tools is required (CI is set) but missing; `cargo xtask build-guests` installs it");
+        skipped("contract_package", "wasm-tools is not installed");
+        return;
+    }
+    let Some(reg) = LocalRegistry::start("contract_package", None) else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let encoded = h.join("berth-snapshot.wasm");
+    let status = Command::new("wasm-tools")
+        .args(["component", "wit", "--wasm", "-o"])
+        .arg(&encoded)
+        .arg(berth_tests::repo_root().join("wit"))
+        .env("PATH", &path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let version = berth::plugin::CONTRACT_VERSION;
+    ok(
+        berth_registry(
+            h,
+            &reg.addr,
+            h,
+            &[
+                "plugin",
+                "push",
+                encoded.to_str().unwrap(),
+                &reg.reference(&format!("berth/snapshot:{version}")),
+            ],
+        ),
+        "push the contract",
+    );
+
+    let (namespace, name) = berth::plugin::CONTRACT_PACKAGE.split_once(':').unwrap();
+    let client = oci_client::Client::new(oci_client::client::ClientConfig {
+        protocol: oci_client::client::ClientProtocol::Http,
+        ..Default::default()
+    });
+    let reference = oci_client::Reference::with_tag(
+        reg.addr.clone(),
+        format!("{namespace}/{name}"),
+        version.to_string(),
+    );
+    let image = client
+        .pull(
+            &reference,
+            &oci_client::secrets::RegistryAuth::Anonymous,
+            vec!["application/wasm"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        image.config.media_type,
+        "application/vnd.wasm.config.v0+json"
+    );
+    assert_eq!(image.layers.len(), 1);
+    let fetched = h.join("fetched.wasm");
+    std::fs::write(&fetched, &image.layers[0].data).unwrap();
+    let out = Command::new("wasm-tools")
+        .args(["component", "wit"])
+        .arg(&fetched)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let wit = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        wit.contains(&format!("package berth:snapshot@{version};")),
+        "{wit}"
+    );
+    for item in [
+        "interface remote-client",
+        "interface snapshot",
+        "world remote-client-plugin",
+        "world snapshot-plugin",
+    ] {
+        assert!(
+            wit.contains(item),
+            "{item} missing from the fetched package:\n{wit}"
+        );
+    }
+}
