@@ -24,6 +24,12 @@ impl LocalRegistry {
     /// Starts one, or `None` (skipped) when `docker-registry` is missing
     /// and nothing requires it.
     pub fn start(test: &str, user: Option<(&str, &str)>) -> Option<Self> {
+        Self::start_with(test, user, false)
+    }
+
+    /// [`LocalRegistry::start`], over HTTPS with a fresh self-signed
+    /// certificate (`cert.pem` in [`LocalRegistry::dir`]) when `tls`.
+    pub fn start_with(test: &str, user: Option<(&str, &str)>, tls: bool) -> Option<Self> {
         let have = Command::new("docker-registry")
             .arg("--version")
             .stdout(Stdio::null())
@@ -57,6 +63,41 @@ impl LocalRegistry {
             config.push_str(&format!(
                 "auth:\n  htpasswd:\n    realm: berth-test\n    path: {}\n",
                 dir.path().join("htpasswd").display()
+            ));
+        }
+        if tls {
+            let status = Command::new("openssl")
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-days",
+                    "2",
+                ])
+                .args([
+                    "-subj",
+                    "/CN=127.0.0.1",
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1",
+                    "-addext",
+                    "basicConstraints=critical,CA:FALSE",
+                ])
+                .arg("-keyout")
+                .arg(dir.path().join("key.pem"))
+                .arg("-out")
+                .arg(dir.path().join("cert.pem"))
+                .stderr(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success(), "openssl req failed");
+            config.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.path().join("cert.pem").display(),
+                dir.path().join("key.pem").display()
             ));
         }
         std::fs::write(dir.path().join("config.yml"), config).unwrap();
@@ -98,6 +139,11 @@ impl LocalRegistry {
             let _ = c.wait();
         }
         assert!(std::net::TcpStream::connect(&self.addr).is_err());
+    }
+
+    /// Its directory (config, certificate, data).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// `oci://ADDR/PATH`.
@@ -1291,4 +1337,105 @@ async fn the_contract_package_is_fetched_by_name_with_the_client_wkg_uses() {
             "{item} missing from the fetched package:\n{wit}"
         );
     }
+}
+
+#[test]
+fn https_needs_the_ca_and_plain_http_must_be_listed() {
+    let Some(tls) = LocalRegistry::start_with("https_and_plain_http", None, true) else {
+        return;
+    };
+    let Some(plain) = LocalRegistry::start("https_and_plain_http", None) else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let fs = guest("fs_store");
+    let run = |env: &[(&str, &Path)], args: &[&str]| {
+        let mut c = Command::new(berth_bin());
+        c.env("BERTH_HOME", h)
+            .env("BERTH_PLUGIN_CACHE", h.join("plugin-cache"))
+            .env("DOCKER_CONFIG", h)
+            .env_remove("BERTH_REGISTRY_PLAIN_HTTP")
+            .env_remove("BERTH_REGISTRY_CA_FILE")
+            .args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let target = tls.reference("tls/fs:1");
+    // HTTPS to a certificate nobody vouches for: refused, saying where a CA goes.
+    let e = failed(
+        run(&[], &["plugin", "push", fs.to_str().unwrap(), &target]),
+        "push without the CA",
+    );
+    assert!(
+        e.contains("certificate") && e.contains("BERTH_REGISTRY_CA_FILE"),
+        "{e}"
+    );
+    let ca = tls.dir().join("cert.pem");
+    let reference = pushed(&ok(
+        run(
+            &[("BERTH_REGISTRY_CA_FILE", &ca)],
+            &["plugin", "push", fs.to_str().unwrap(), &target],
+        ),
+        "push with the CA",
+    ));
+    std::fs::remove_dir_all(h.join("plugin-cache")).unwrap();
+    ok(
+        run(
+            &[("BERTH_REGISTRY_CA_FILE", &ca)],
+            &["plugin", "pull", &reference],
+        ),
+        "pull with the CA",
+    );
+    // A plain-HTTP registry is reached over HTTPS unless it is listed.
+    let e = failed(
+        run(
+            &[],
+            &[
+                "plugin",
+                "push",
+                fs.to_str().unwrap(),
+                &plain.reference("p/fs:1"),
+            ],
+        ),
+        "push to an unlisted plain-HTTP registry",
+    );
+    assert!(e.contains("BERTH_REGISTRY_PLAIN_HTTP"), "{e}");
+}
+
+#[test]
+fn a_registry_that_never_answers_times_out_by_name() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    // Accepts connections and never says a word.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming() {
+            held.push(s);
+        }
+    });
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let started = Instant::now();
+    let out = Command::new(berth_bin())
+        .env("BERTH_HOME", h)
+        .env("BERTH_PLUGIN_CACHE", h.join("plugin-cache"))
+        .env("BERTH_REGISTRY_PLAIN_HTTP", &addr)
+        .env("BERTH_REGISTRY_TIMEOUT_SECS", "1.5")
+        .env("DOCKER_CONFIG", h)
+        .args(["plugin", "pull", &format!("oci://{addr}/p/fs:1")])
+        .output()
+        .unwrap();
+    let e = failed(out, "pull from a silent registry");
+    assert!(
+        e.contains("did not answer") && e.contains("within 2 s"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -80,7 +80,7 @@ pub enum PluginCommand {
     New(crate::scaffold::NewArgs),
     /// List a component's world, imports and exports.
     Inspect {
-        /// The component.
+        /// The component: a file, or an oci:// reference (pulled first).
         component: PathBuf,
         /// Print as JSON.
         #[arg(long)]
@@ -197,6 +197,16 @@ pub fn plugin_opener(plugin: Plugin) -> OpenSnapshot {
 
 async fn inspect(component: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let host = PluginHost::new()?;
+    let fetched;
+    let component = match component.to_str() {
+        Some(r) if r.starts_with(berth::plugin::registry::SCHEME) => {
+            let reference = parse_reference(r)?;
+            fetched = host.registry().fetch(&reference, None, true, None).await?;
+            println!("reference: {}", fetched.reference);
+            fetched.path.as_path()
+        }
+        _ => component,
+    };
     let info = inspect_component(&host, component).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&info)?);
