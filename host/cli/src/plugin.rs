@@ -202,7 +202,9 @@ async fn inspect(component: &Path, json: bool) -> anyhow::Result<ExitCode> {
         Some(r) if r.starts_with(berth::plugin::registry::SCHEME) => {
             let reference = parse_reference(r)?;
             fetched = host.registry().fetch(&reference, None, true, None).await?;
-            println!("reference: {}", fetched.reference);
+            if !json {
+                println!("reference: {}", fetched.reference);
+            }
             fetched.path.as_path()
         }
         _ => component,
