@@ -412,7 +412,7 @@ async fn a_pinned_digest_outlives_its_tag_and_unpinned_needs_consent() {
         ),
         "{e}"
     );
-    assert!(e.to_string().contains("accept_unpinned"), "{e}");
+    assert!(berth_tests::chain(&e).contains("accept_unpinned"), "{e}");
     let plugin = host
         .load(
             PluginManifest::from_file(&reference_manifest(h, &target, "accept_unpinned = true\n"))
@@ -643,15 +643,15 @@ async fn other_shapes_are_refused_by_name_before_their_layers_are_fetched() {
         let reference = format!("oci://{}/{repo}:1", reg.addr);
         let pinned = host.registry().resolve(&reference.parse().unwrap()).await;
         let e = match pinned {
-            Err(e) => e.to_string(),
+            Err(e) => berth_tests::chain(&e),
             Ok(p) => host
                 .load(
                     PluginManifest::from_file(&reference_manifest(h, &p.to_string(), "")).unwrap(),
                 )
                 .await
                 .err()
-                .unwrap_or_else(|| panic!("{repo} loaded"))
-                .to_string(),
+                .map(|e| berth_tests::chain(&e))
+                .unwrap_or_else(|| panic!("{repo} loaded")),
         };
         assert!(e.contains(want), "{repo}: {e}");
         assert!(
@@ -686,8 +686,8 @@ async fn other_shapes_are_refused_by_name_before_their_layers_are_fetched() {
         .load(PluginManifest::from_file(&reference_manifest(h, &dir_snapshot, "")).unwrap())
         .await
         .err()
-        .unwrap()
-        .to_string();
+        .map(|e| berth_tests::chain(&e))
+        .unwrap();
     assert!(
         e.contains("snapshot-plugin") && e.contains("remote-client-plugin"),
         "{e}"
@@ -721,8 +721,8 @@ async fn other_shapes_are_refused_by_name_before_their_layers_are_fetched() {
         .load(PluginManifest::from_file(&reference_manifest(h, &fs, "")).unwrap())
         .await
         .err()
-        .unwrap()
-        .to_string();
+        .map(|e| berth_tests::chain(&e))
+        .unwrap();
     assert!(e.contains("over the 1000-byte limit"), "{e}");
     assert!(!blob_path(
         &h.join("small-cache"),
@@ -1207,8 +1207,8 @@ async fn a_manifest_that_asks_for_a_signature_loads_only_what_its_key_signed() {
         .load(with_key(&signed, "other.pub"))
         .await
         .err()
-        .unwrap()
-        .to_string();
+        .map(|e| berth_tests::chain(&e))
+        .unwrap();
     assert!(
         e.contains("no cosign signature") && e.contains("other.pub"),
         "{e}"
@@ -1217,8 +1217,8 @@ async fn a_manifest_that_asks_for_a_signature_loads_only_what_its_key_signed() {
         .load(with_key(&unsigned, "cosign.pub"))
         .await
         .err()
-        .unwrap()
-        .to_string();
+        .map(|e| berth_tests::chain(&e))
+        .unwrap();
     assert!(e.contains("is not signed"), "{e}");
     assert!(
         !blob_path(

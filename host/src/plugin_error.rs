@@ -26,7 +26,7 @@ pub enum PluginError {
     },
     /// The component could not be fetched from its registry, or the
     /// artifact there is not one component of the manifest's world.
-    #[error("plugin {plugin}: {source}")]
+    #[error("plugin {plugin}")]
     Registry {
         /// Plugin name.
         plugin: String,

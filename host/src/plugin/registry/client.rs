@@ -623,7 +623,26 @@ impl RegistryClient {
             Payload::Bytes(bytes),
             &[StatusCode::CREATED, StatusCode::OK, StatusCode::ACCEPTED],
         )
-        .await?;
+        .await
+        .map_err(|e| match e {
+            RegistryError::Status {
+                registry,
+                request,
+                status: status @ (400 | 403 | 415),
+                message,
+            } => RegistryError::Status {
+                registry,
+                request,
+                status,
+                message: format!(
+                    "{message} (the registry refused the Wasm artifact's manifest; some registries \
+                     refuse the config type {} or artifacts that are not container images by \
+                     policy: allow it there, or push to another registry)",
+                    super::layout::CONFIG_TYPE
+                ),
+            },
+            other => other,
+        })?;
         Ok(())
     }
 }

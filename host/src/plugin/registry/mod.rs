@@ -150,7 +150,7 @@ pub enum RegistryError {
     #[error("plugin archive: {0}")]
     Archive(String),
     /// A local file operation failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What was being done.
         what: String,
