@@ -1290,6 +1290,8 @@ async fn the_contract_package_is_fetched_by_name_with_the_client_wkg_uses() {
         "push the contract",
     );
 
+    // reqwest is built without a provider of its own (see tests/Cargo.toml).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let (namespace, name) = berth::plugin::CONTRACT_PACKAGE.split_once(':').unwrap();
     let client = oci_client::Client::new(oci_client::client::ClientConfig {
         protocol: oci_client::client::ClientProtocol::Http,

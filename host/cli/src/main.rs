@@ -23,6 +23,9 @@ fn main() -> std::process::ExitCode {
         // `berth serve` hands the warnings of a request to its client.
         .with(berth_server::WarningRelay.with_filter(berth_server::WarningRelay::filter()))
         .init();
+    // One TLS crypto provider for the process (Docker over TLS, registries),
+    // chosen here rather than left to rustls' feature detection.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let args = commands::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
