@@ -205,6 +205,25 @@ impl ComponentSource {
     }
 }
 
+impl ComponentSource {
+    /// The plugin name a manifest without `name` gets: the file's stem, or
+    /// the repository's last part.
+    fn default_name(&self) -> String {
+        match self {
+            ComponentSource::Path(p) => p
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "plugin".into()),
+            ComponentSource::Registry(r) => r
+                .repository
+                .rsplit('/')
+                .next()
+                .unwrap_or("plugin")
+                .to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for ComponentSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -352,35 +371,19 @@ fn expand_env(value: &str, key: &str) -> Result<String, String> {
 impl PluginManifest {
     /// A manifest for `component` with no grants, named after the file.
     pub fn for_component(component: impl Into<PathBuf>, world: World) -> Self {
-        let component = component.into();
-        let name = component
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "plugin".into());
-        PluginManifest {
-            name,
-            component: ComponentSource::Path(component),
-            accept_unpinned: false,
-            world,
-            config: Vec::new(),
-            grants: Grants::default(),
-            source: None,
-            signature_key: None,
-        }
+        Self::for_source(ComponentSource::Path(component.into()), world)
     }
 
     /// A manifest for the component `reference` names, with no grants,
     /// named after its repository's last part.
     pub fn for_reference(reference: OciReference, world: World) -> Self {
-        let name = reference
-            .repository
-            .rsplit('/')
-            .next()
-            .unwrap_or("plugin")
-            .to_string();
+        Self::for_source(ComponentSource::Registry(reference), world)
+    }
+
+    fn for_source(component: ComponentSource, world: World) -> Self {
         PluginManifest {
-            name,
-            component: ComponentSource::Registry(reference),
+            name: component.default_name(),
+            component,
             accept_unpinned: false,
             world,
             config: Vec::new(),
@@ -446,18 +449,7 @@ impl PluginManifest {
         } else {
             ComponentSource::Path(resolve(Path::new(&raw.component)))
         };
-        let name = raw.name.unwrap_or_else(|| match &component {
-            ComponentSource::Path(p) => p
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "plugin".into()),
-            ComponentSource::Registry(r) => r
-                .repository
-                .rsplit('/')
-                .next()
-                .unwrap_or("plugin")
-                .to_string(),
-        });
+        let name = raw.name.unwrap_or_else(|| component.default_name());
         let mut config = Vec::new();
         for (k, v) in &raw.config {
             config.push((k.clone(), expand_env(v, &format!("config.{k}"))?));
