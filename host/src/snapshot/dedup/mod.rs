@@ -238,7 +238,14 @@ impl DedupSnapshot {
     /// keeps it and the packs it references; returns it. `number` picks
     /// a kept generation; by default (`None`), the newest one (or, before
     /// this snapshot's first stop, the generation it was forked from).
+    ///
+    /// A snapshot resumed after an interrupted stop first adopts the
+    /// generation that stop committed, if it did (that stop may already
+    /// have collected the generation the record calls newest). A chosen
+    /// generation whose index the store no longer holds is refused: a fork
+    /// of it would have nothing to start from.
     pub async fn pin_generation(&self, number: Option<u64>) -> Result<Generation, StoreError> {
+        self.restore_target().await?;
         let record = self.record();
         let chosen = match number {
             Some(n) => record.find(n).cloned().ok_or_else(|| {
@@ -267,6 +274,14 @@ impl DedupSnapshot {
         self.client
             .upload(&names::pin(&chosen.index), &mut &marker[..])
             .await?;
+        if !self.client.exists(&chosen.index).await? {
+            // Pinned too late: the generation was collected before it.
+            let _ = self.client.delete(&names::pin(&chosen.index)).await;
+            return Err(StoreError::Storage(StorageError::NotFound(format!(
+                "generation {} of snapshot {} is no longer in its store (its index {} was collected); fork another generation (`berth history`)",
+                chosen.number, self.id, chosen.index
+            ))));
+        }
         Ok(chosen)
     }
 

@@ -113,6 +113,56 @@ async fn a_restore_adopts_the_generation_an_interrupted_stop_committed() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_fork_of_an_interrupted_stop_starts_from_what_it_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let writer = DedupSnapshot::new(id("s"), client.clone(), DedupOptions::default());
+    let one = tar_of(&[("a", &big(1, 300_000))]);
+    writer.persist(&mut &one[..]).await.unwrap();
+    let after_one = writer.record();
+    let two = tar_of(&[("a", &big(2, 300_000))]);
+    // Generation 2 commits and collects generation 1; the state still
+    // records generation 1, with the stop pending.
+    writer.persist(&mut &two[..]).await.unwrap();
+    assert!(!client.exists(&names::index("s", 1)).await.unwrap());
+    let interrupted = DedupSnapshot::resume(
+        id("s"),
+        client.clone(),
+        after_one.clone(),
+        true,
+        DedupOptions::default(),
+    );
+    let base = interrupted.pin_generation(None).await.unwrap();
+    assert_eq!(base.number, 2);
+    let fork = DedupSnapshot::resume(
+        id("fork"),
+        client.clone(),
+        DedupRecord::forked_from(base, 1),
+        false,
+        DedupOptions::default(),
+    );
+    assert_eq!(tree(&restored(&fork).await), tree(&two));
+    // Not known to be interrupted, the record's generation 1 is gone:
+    // refused by name, and no pin is left behind.
+    let stale = DedupSnapshot::resume(
+        id("s"),
+        client.clone(),
+        after_one,
+        false,
+        DedupOptions::default(),
+    );
+    let err = stale.pin_generation(None).await.unwrap_err().to_string();
+    assert!(
+        err.contains("generation 1") && err.contains("no longer"),
+        "{err}"
+    );
+    assert!(!client
+        .exists(&names::pin(&names::index("s", 1)))
+        .await
+        .unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn garbage_collection_deletes_only_its_own_unreferenced_packs() {
     let dir = tempfile::tempdir().unwrap();
     let client = store(dir.path());
