@@ -90,11 +90,8 @@ impl CompileCache {
         if let Some(d) = std::env::var_os("BERTH_CACHE_DIR") {
             return Self::at(PathBuf::from(d));
         }
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
-        match base {
-            Some(b) => Self::at(b.join("berth").join("compiled")),
+        match super::user_cache_dir("compiled") {
+            Some(dir) => Self::at(dir),
             None => Self::disabled(),
         }
     }

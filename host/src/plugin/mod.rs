@@ -72,6 +72,16 @@ enum Pre {
     Snapshot(bindings::snapshot::SnapshotPluginPre<PluginState>),
 }
 
+/// `$XDG_CACHE_HOME/berth/NAME`, else `~/.cache/berth/NAME`: where the
+/// plugin caches live unless their own variable names a directory. `None`
+/// when neither variable is set.
+pub(crate) fn user_cache_dir(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+        .map(|base| base.join("berth").join(name))
+}
+
 /// A loaded plugin; shared by every client or snapshot made from it.
 pub(crate) struct LoadedPlugin {
     manifest: PluginManifest,

@@ -31,11 +31,8 @@ impl BlobCache {
         if let Some(d) = std::env::var_os("BERTH_PLUGIN_CACHE") {
             return Self::at(PathBuf::from(d));
         }
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
-        match base {
-            Some(b) => Self::at(b.join("berth").join("plugins")),
+        match crate::plugin::user_cache_dir("plugins") {
+            Some(dir) => Self::at(dir),
             None => Self::at(".berth-plugins"),
         }
     }

@@ -237,15 +237,24 @@ impl RegistryClient {
             registry: self.registry.clone(),
             message: format!("bad request {url}: {e}"),
         })?;
+        self.request(request, &format!("{method} {url}")).await
+    }
+
+    /// Sends one request within the timeout; `what` names it in errors.
+    async fn request(
+        &self,
+        request: Request<Body>,
+        what: &str,
+    ) -> Result<Response<Incoming>, RegistryError> {
         match tokio::time::timeout(self.timeout, self.http.request(request)).await {
             Err(_) => Err(RegistryError::Timeout {
                 registry: self.registry.clone(),
-                what: format!("{method} {url}"),
+                what: what.to_string(),
                 seconds: self.timeout.as_secs_f64(),
             }),
             Ok(Err(e)) => Err(RegistryError::Transport {
                 registry: self.registry.clone(),
-                message: format!("{method} {url}: {}{}", error_chain(&e), self.hint()),
+                message: format!("{what}: {}{}", error_chain(&e), self.hint()),
             }),
             Ok(Ok(r)) => Ok(r),
         }
@@ -294,17 +303,9 @@ impl RegistryClient {
                     registry: self.registry.clone(),
                     message: format!("bad token request {url}: {e}"),
                 })?;
-            let response = tokio::time::timeout(self.timeout, self.http.request(request))
-                .await
-                .map_err(|_| RegistryError::Timeout {
-                    registry: self.registry.clone(),
-                    what: format!("token request to {realm}"),
-                    seconds: self.timeout.as_secs_f64(),
-                })?
-                .map_err(|e| RegistryError::Transport {
-                    registry: self.registry.clone(),
-                    message: format!("token request to {realm}: {}", error_chain(&e)),
-                })?;
+            let response = self
+                .request(request, &format!("token request to {realm}"))
+                .await?;
             if !response.status().is_success() {
                 let status = response.status();
                 let text = self.error_text(response).await;
@@ -483,17 +484,7 @@ impl RegistryClient {
                     registry: self.registry.clone(),
                     message: format!("bad redirect {location}: {e}"),
                 })?;
-            response = tokio::time::timeout(self.timeout, self.http.request(request))
-                .await
-                .map_err(|_| RegistryError::Timeout {
-                    registry: self.registry.clone(),
-                    what: format!("GET {location}"),
-                    seconds: self.timeout.as_secs_f64(),
-                })?
-                .map_err(|e| RegistryError::Transport {
-                    registry: self.registry.clone(),
-                    message: format!("GET {location}: {}", error_chain(&e)),
-                })?;
+            response = self.request(request, &format!("GET {location}")).await?;
         }
         Err(RegistryError::Transport {
             registry: self.registry.clone(),
@@ -514,19 +505,12 @@ impl RegistryClient {
         let mut body = response.into_body();
         let mut hasher = sha2::Sha256::new();
         let mut total = 0u64;
+        let what = format!("reading blob {digest}");
         loop {
-            let frame = tokio::time::timeout(self.timeout, body.frame())
-                .await
-                .map_err(|_| RegistryError::Timeout {
-                    registry: self.registry.clone(),
-                    what: format!("reading blob {digest}"),
-                    seconds: self.timeout.as_secs_f64(),
-                })?;
-            let Some(frame) = frame else { break };
-            let frame = frame.map_err(|e| RegistryError::Transport {
-                registry: self.registry.clone(),
-                message: format!("reading blob {digest}: {}", error_chain(&e)),
-            })?;
+            let Some(frame) = next_frame(&mut body, self.timeout, &self.registry, &what).await?
+            else {
+                break;
+            };
             if let Ok(data) = frame.into_data() {
                 total += data.len() as u64;
                 if total > size {
@@ -657,18 +641,10 @@ pub(crate) async fn read_capped(
     let mut body = response.into_body();
     let mut out = Vec::new();
     loop {
-        let frame = tokio::time::timeout(timeout, body.frame())
-            .await
-            .map_err(|_| RegistryError::Timeout {
-                registry: registry.into(),
-                what: "reading a response".into(),
-                seconds: timeout.as_secs_f64(),
-            })?;
-        let Some(frame) = frame else { break };
-        let frame = frame.map_err(|e| RegistryError::Transport {
-            registry: registry.into(),
-            message: format!("reading a response: {}", error_chain(&e)),
-        })?;
+        let Some(frame) = next_frame(&mut body, timeout, registry, "reading a response").await?
+        else {
+            break;
+        };
         if let Ok(data) = frame.into_data() {
             if out.len() as u64 + data.len() as u64 > max {
                 return Err(RegistryError::TooLarge {
@@ -681,6 +657,26 @@ pub(crate) async fn read_capped(
         }
     }
     Ok(out)
+}
+
+/// The body's next frame (`None` at its end), waiting at most `timeout`.
+async fn next_frame(
+    body: &mut Incoming,
+    timeout: Duration,
+    registry: &str,
+    what: &str,
+) -> Result<Option<Frame<Bytes>>, RegistryError> {
+    let frame = tokio::time::timeout(timeout, body.frame())
+        .await
+        .map_err(|_| RegistryError::Timeout {
+            registry: registry.into(),
+            what: what.into(),
+            seconds: timeout.as_secs_f64(),
+        })?;
+    frame.transpose().map_err(|e| RegistryError::Transport {
+        registry: registry.into(),
+        message: format!("{what}: {}", error_chain(&e)),
+    })
 }
 
 fn pull_scope(repository: &str) -> String {
