@@ -198,6 +198,48 @@ fn demo(root: &Path) -> Result<()> {
         .arg(fs_store))
 }
 
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Prints the free space of the filesystems the tests write to (the
+/// checkout's and the temporary directory's) and returns the smaller, in
+/// bytes. A disk that fills mid-run fails tests far from the cause (an
+/// upload stalls, a stop says "No space left"); this line names it. At
+/// their peak the tests held about 6 GiB beyond the build (2026-12-04, a
+/// clean clone sampled with `df` every 5 s): streamed archives of up to
+/// 2 GiB (`BERTH_CONFORMANCE_LARGE`), two tests at a time, and every S3
+/// object three times over (three Garage replicas).
+fn report_free_disk(root: &Path, when: &str) -> Option<u64> {
+    let tmp = std::env::temp_dir();
+    let mut smallest: Option<u64> = None;
+    for dir in [root, tmp.as_path()] {
+        let Ok(text) = output(Command::new("df").args(["-B1", "--output=avail"]).arg(dir)) else {
+            continue;
+        };
+        let Some(free) = text
+            .lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse::<u64>().ok())
+        else {
+            continue;
+        };
+        eprintln!(
+            "xtask: {:.1} GiB free on {} {when}",
+            free as f64 / GIB,
+            dir.display()
+        );
+        smallest = Some(smallest.map_or(free, |s| s.min(free)));
+    }
+    if let Some(free) = smallest {
+        if free < 6 << 30 {
+            eprintln!(
+                "xtask: WARNING: under 6 GiB free; tests that stream 2 GiB archives may fail with \
+                 'No space left on device' (BERTH_CONFORMANCE_LARGE=512MiB needs less)"
+            );
+        }
+    }
+    smallest
+}
+
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     run(Command::new("cargo")
         .current_dir(root)
@@ -214,11 +256,18 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     let before = berth_containers();
     let services_before = swarm::berth_services();
     let _ = std::fs::remove_file(&skips);
+    let free_before = report_free_disk(root, "before the tests");
     let tested = run(Command::new("cargo")
         .current_dir(root)
         .env("BERTH_SKIP_LOG", &skips)
         .args(["test", "--workspace"])
         .args(extra));
+    if let (Some(before), Some(after)) = (free_before, report_free_disk(root, "after the tests")) {
+        eprintln!(
+            "xtask: the tests kept {:.1} GiB (scratch they removed is not counted)",
+            before.saturating_sub(after) as f64 / GIB
+        );
+    }
     sweep_test_containers(&before);
     swarm::sweep_test_services(&services_before);
     let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
