@@ -18,17 +18,36 @@ use berth_tests::{
     workspace_gen,
 };
 
+/// The pid of the engine the tests use: the dockerd whose pid file is the
+/// default `/var/run/docker.pid`. Not merely the first `dockerd` running:
+/// the swarm's nodes and the second engine are dockerds too (each with its
+/// own `--pidfile`), and restarting one of those outside its network
+/// namespace would take a node out of the swarm.
 fn dockerd_pid() -> Option<u32> {
+    let is_dockerd = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "dockerd")
+    };
+    if let Some(pid) = std::fs::read_to_string("/var/run/docker.pid")
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .filter(|pid| is_dockerd(*pid))
+    {
+        return Some(pid);
+    }
+    // No default pid file: a dockerd with none of its own (`--pidfile`).
     let out = Command::new("pgrep")
         .args(["-x", "dockerd"])
         .output()
         .ok()?;
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .next()?
-        .trim()
-        .parse()
-        .ok()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                !c.split(|b| *b == 0)
+                    .any(|a| a == b"--pidfile" || a.starts_with(b"--pidfile=") || a == b"-p")
+            })
+        })
 }
 
 #[allow(clippy::zombie_processes)] // dockerd is a daemon that outlives the test
