@@ -201,43 +201,43 @@ fn demo(root: &Path) -> Result<()> {
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// Prints the free space of the filesystems the tests write to (the
-/// checkout's and the temporary directory's) and returns the smaller, in
-/// bytes. A disk that fills mid-run fails tests far from the cause (an
-/// upload stalls, a stop says "No space left"); this line names it. At
-/// their peak the tests held about 6 GiB beyond the build (2026-12-04, a
-/// clean clone sampled with `df` every 5 s): streamed archives of up to
-/// 2 GiB (`BERTH_CONFORMANCE_LARGE`), two tests at a time, and every S3
-/// object three times over (three Garage replicas).
+/// checkout's and the temporary directory's, once each) and returns the
+/// smaller, in bytes. A disk that fills mid-run fails tests far from the
+/// cause (an upload stalls, a stop says "No space left"); this line names
+/// it. At their peak the tests held about 6 GiB beyond the build
+/// (2026-12-04, a clean clone sampled with `df` every 5 s): streamed
+/// archives of up to 2 GiB (`BERTH_CONFORMANCE_LARGE`), two tests at a
+/// time, and every S3 object three times over (three Garage replicas).
 fn report_free_disk(root: &Path, when: &str) -> Option<u64> {
     let tmp = std::env::temp_dir();
+    let mut mounts = Vec::new();
     let mut smallest: Option<u64> = None;
     for dir in [root, tmp.as_path()] {
-        let Ok(text) = output(Command::new("df").args(["-B1", "--output=avail"]).arg(dir)) else {
+        let Ok(text) = output(
+            Command::new("df")
+                .args(["-B1", "--output=target,avail"])
+                .arg(dir),
+        ) else {
             continue;
         };
-        let Some(free) = text
-            .lines()
-            .nth(1)
-            .and_then(|l| l.trim().parse::<u64>().ok())
-        else {
+        let Some((mount, free)) = parse_df_target_avail(&text) else {
             continue;
         };
-        eprintln!(
-            "xtask: {:.1} GiB free on {} {when}",
-            free as f64 / GIB,
-            dir.display()
-        );
+        if mounts.contains(&mount) {
+            continue;
+        }
+        eprintln!("xtask: {:.1} GiB free on {mount} {when}", free as f64 / GIB);
+        mounts.push(mount);
         smallest = Some(smallest.map_or(free, |s| s.min(free)));
     }
-    if let Some(free) = smallest {
-        if free < 6 << 30 {
-            eprintln!(
-                "xtask: WARNING: under 6 GiB free; tests that stream 2 GiB archives may fail with \
-                 'No space left on device' (BERTH_CONFORMANCE_LARGE=512MiB needs less)"
-            );
-        }
-    }
     smallest
+}
+
+/// The mount point and free bytes from `df -B1 --output=target,avail DIR`.
+fn parse_df_target_avail(text: &str) -> Option<(String, u64)> {
+    let line = text.lines().nth(1)?;
+    let (mount, free) = line.trim().rsplit_once(char::is_whitespace)?;
+    Some((mount.trim().to_string(), free.parse().ok()?))
 }
 
 fn test(root: &Path, extra: &[String]) -> Result<()> {
@@ -257,6 +257,12 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     let services_before = swarm::berth_services();
     let _ = std::fs::remove_file(&skips);
     let free_before = report_free_disk(root, "before the tests");
+    if free_before.is_some_and(|free| free < 6 << 30) {
+        eprintln!(
+            "xtask: WARNING: under 6 GiB free; tests that stream 2 GiB archives may fail with \
+             'No space left on device' (BERTH_CONFORMANCE_LARGE=512MiB needs less)"
+        );
+    }
     let tested = run(Command::new("cargo")
         .current_dir(root)
         .env("BERTH_SKIP_LOG", &skips)
@@ -281,4 +287,20 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
         );
     }
     tested
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_df_target_avail;
+
+    #[test]
+    fn df_output_gives_the_mount_and_its_free_bytes() {
+        let text = "Mounted on          Avail\n/mnt/my disk  67018944512\n";
+        assert_eq!(
+            parse_df_target_avail(text),
+            Some(("/mnt/my disk".to_string(), 67018944512))
+        );
+        assert_eq!(parse_df_target_avail("Mounted on Avail\n"), None);
+        assert_eq!(parse_df_target_avail("Mounted on Avail\n/ -\n"), None);
+    }
 }
