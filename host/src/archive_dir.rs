@@ -16,9 +16,6 @@ use crate::random_id::random_u64;
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::{StorageError, StoreError};
 
-/// Partial files older than this belong to writers that died.
-const STALE_PARTIAL: std::time::Duration = std::time::Duration::from_secs(3600);
-
 /// Bytes moved per read or write when streaming archives.
 pub(crate) const COPY_CHUNK: usize = 256 * 1024;
 
@@ -63,20 +60,23 @@ impl ArchiveDir {
 
     /// Streams `source` to its end into a new archive for `id`, replacing any
     /// previous one only once everything is on disk.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future part-way removes the partial file; a writer that
+    /// is killed leaves it, unlocked, for [`abandoned_partials`] to find.
     pub(crate) async fn write(
         &self,
         id: &SnapshotId,
         source: &mut (dyn AsyncRead + Unpin + Send),
     ) -> Result<u64, StoreError> {
-        let temp = self
-            .dir
-            .join(".partial")
-            .join(format!("{id}.{:016x}", random_u64()));
-        let result = self.write_temp_then_commit(id, &temp, source).await;
-        if result.is_err() {
-            let _ = tokio::fs::remove_file(&temp).await;
-        }
-        result
+        let temp = PartialFile(
+            self.dir
+                .join(".partial")
+                .join(format!("{id}.{:016x}", random_u64())),
+        );
+        self.write_temp_then_commit(id, &temp.0, source).await
+        // `temp` drops here: after a commit there is nothing left to remove.
     }
 
     async fn write_temp_then_commit(
@@ -88,6 +88,8 @@ impl ArchiveDir {
         let mut file = tokio::fs::File::create(temp)
             .await
             .map_err(|e| io_error("creating the archive file", temp, e))?;
+        // Held until the rename: a partial file nobody holds is abandoned.
+        lock_exclusive(&file, false).map_err(|e| io_error("locking the archive file", temp, e))?;
         let mut buf = vec![0u8; COPY_CHUNK];
         let mut total = 0u64;
         let started = std::time::Instant::now();
@@ -112,49 +114,45 @@ impl ArchiveDir {
             bytes = total,
             "archive written"
         );
-        drop(file);
         let target = self.archive_path(id);
         tokio::fs::rename(temp, &target)
             .await
             .map_err(|e| io_error("committing the archive", &target, e))?;
+        drop(file);
         // Make the rename itself durable.
         if let Ok(dir) = tokio::fs::File::open(&self.dir).await {
             let _ = dir.sync_all().await;
         }
-        self.sweep_stale_partials(id).await;
+        self.sweep_abandoned_partials(id);
         Ok(total)
     }
 
-    /// Removes partial files of `id` left by writers that were killed.
-    /// Only files older than [`STALE_PARTIAL`] go, so a concurrent writer
-    /// of the same id is never cut off.
-    async fn sweep_stale_partials(&self, id: &SnapshotId) {
-        let Ok(mut entries) = tokio::fs::read_dir(self.dir.join(".partial")).await else {
-            return;
-        };
+    /// Removes partial files of `id` left by writers that were killed
+    /// (files no live writer holds locked).
+    fn sweep_abandoned_partials(&self, id: &SnapshotId) {
+        for path in self.take_abandoned_partials(id) {
+            tracing::info!(file = %path.display(), "removed a partial archive a killed stop left");
+        }
+    }
+
+    /// Removes the partial files of `id` no live writer holds; returns them.
+    pub(crate) fn take_abandoned_partials(&self, id: &SnapshotId) -> Vec<PathBuf> {
         let prefix = format!("{id}.");
-        while let Ok(Some(entry)) = entries.next_entry().await {
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            // `<id>.<16 hex digits>`: the suffix keeps `a` from matching `a.b`'s files.
-            let ours = name.strip_prefix(&prefix).is_some_and(|rest| {
-                rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit())
-            });
-            if !ours {
-                continue;
-            }
-            let old = entry
-                .metadata()
-                .await
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > STALE_PARTIAL);
-            if old {
-                tracing::info!(file = %entry.path().display(), "removing a stale partial archive");
-                let _ = tokio::fs::remove_file(entry.path()).await;
+        let mut removed = Vec::new();
+        for path in abandoned_partials(&self.dir) {
+            let ours = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix(&prefix))
+                // `<id>.<16 hex digits>`: the suffix keeps `a` from matching `a.b`'s files.
+                .is_some_and(|rest| {
+                    rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit())
+                });
+            if ours && std::fs::remove_file(&path).is_ok() {
+                removed.push(path);
             }
         }
+        removed
     }
 
     /// Streams the archive of `id` into `sink` and flushes it.
@@ -226,37 +224,124 @@ fn io_error(what: &str, path: &Path, e: io::Error) -> StoreError {
     }
 }
 
+/// A partial archive being written: removed when dropped (a failed or
+/// cancelled write; after a commit the path no longer exists).
+struct PartialFile(PathBuf);
+
+impl Drop for PartialFile {
+    fn drop(&mut self) {
+        match std::fs::remove_file(&self.0) {
+            Ok(()) => tracing::debug!(file = %self.0.display(), "removed an unfinished archive"),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(file = %self.0.display(), error = %e, "removing an unfinished archive failed; `berth gc --orphans` finds it")
+            }
+        }
+    }
+}
+
+/// Takes an exclusive `flock` on `file`; with `try_only`, fails at once
+/// with `WouldBlock` if another open file holds one.
+fn lock_exclusive(file: &impl std::os::fd::AsRawFd, try_only: bool) -> io::Result<()> {
+    let flags = libc::LOCK_EX | if try_only { libc::LOCK_NB } else { 0 };
+    // SAFETY: flock on a descriptor the caller owns; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), flags) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The partial archives under `dir/.partial` whose writers are gone: files
+/// no process holds locked (a writer holds its file locked until it
+/// commits or removes it), sorted.
+pub(crate) fn abandoned_partials(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir.join(".partial")) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|path| {
+            let Ok(file) = std::fs::File::open(path) else {
+                return false;
+            };
+            file.metadata().is_ok_and(|m| m.is_file()) && lock_exclusive(&file, true).is_ok()
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_commit_sweeps_only_stale_partials_of_its_id() {
+    async fn a_commit_sweeps_only_abandoned_partials_of_its_id() {
         let dir = tempfile::tempdir().unwrap();
         let archives = ArchiveDir::create(dir.path()).unwrap();
         let partial = dir.path().join(".partial");
-        let stale = partial.join("snap.00000000000000aa");
-        let fresh = partial.join("snap.00000000000000bb");
+        let abandoned = partial.join("snap.00000000000000aa");
+        let live = partial.join("snap.00000000000000bb");
         let other = partial.join("snap.b.00000000000000cc");
-        for p in [&stale, &fresh, &other] {
+        for p in [&abandoned, &live, &other] {
             std::fs::write(p, b"leftover").unwrap();
         }
-        let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
-        for p in [&stale, &other] {
-            std::fs::File::options()
-                .write(true)
-                .open(p)
-                .unwrap()
-                .set_modified(two_hours_ago)
-                .unwrap();
-        }
+        // A writer still at work holds its file locked.
+        let writer = std::fs::File::open(&live).unwrap();
+        lock_exclusive(&writer, false).unwrap();
+        assert_eq!(
+            abandoned_partials(dir.path()),
+            vec![abandoned.clone(), other.clone()]
+        );
         let id = SnapshotId::parse("snap").unwrap();
         archives.write(&id, &mut &b"archive"[..]).await.unwrap();
-        assert!(!stale.exists(), "a stale partial of the id survived");
         assert!(
-            fresh.exists(),
-            "a recent partial (maybe a live writer) was removed"
+            !abandoned.exists(),
+            "an abandoned partial of the id survived"
         );
+        assert!(live.exists(), "a live writer's partial was removed");
         assert!(other.exists(), "another id's partial was removed");
+        drop(writer);
+        assert_eq!(abandoned_partials(dir.path()), vec![live, other]);
+    }
+
+    /// A source that yields `n` bytes, then never ends.
+    struct Endless(usize);
+
+    impl AsyncRead for Endless {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            if self.0 == 0 {
+                return std::task::Poll::Pending;
+            }
+            let n = self.0.min(buf.remaining());
+            buf.put_slice(&vec![7u8; n]);
+            self.0 -= n;
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_write_leaves_neither_a_partial_nor_an_archive() {
+        let dir = tempfile::tempdir().unwrap();
+        let archives = ArchiveDir::create(dir.path()).unwrap();
+        let id = SnapshotId::parse("snap").unwrap();
+        let mut source = Endless(3 * COPY_CHUNK + 5);
+        let cut = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            archives.write(&id, &mut source),
+        )
+        .await;
+        assert!(cut.is_err(), "the endless write finished");
+        let left: Vec<_> = std::fs::read_dir(dir.path().join(".partial"))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "a cancelled write left {left:?}");
+        assert!(!archives.contains(&id).await.unwrap());
     }
 }

@@ -47,6 +47,7 @@
 //! - [`plugin`]: the wasmtime host that loads store plugins.
 //! - [`conformance`]: the plugin contract's clauses as executable checks.
 //! - [`snapshot_id`] and [`store_error`]: the id grammar and store errors.
+//! - [`cleanup`]: what undoes a cancelled operation after its caller left.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
@@ -54,6 +55,7 @@ mod archive_dir;
 pub mod backend;
 mod byte_pipe;
 mod capped_writer;
+pub mod cleanup;
 pub mod conformance;
 pub mod plugin;
 mod plugin_error;

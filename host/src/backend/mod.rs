@@ -267,10 +267,10 @@ pub trait Backend: Send + Sync {
 
     /// What resumes the suspended processes when the caller is dropped
     /// between [`Backend::freeze`] and [`Backend::thaw`] (a cancelled
-    /// `stop`): a function that starts the thaw on its own (it may spawn a
-    /// task on the current tokio runtime). By default, `None` (backends
+    /// `stop`): a future the lifecycle runs on its own, detached from the
+    /// dropped caller (see [`crate::cleanup`]). By default, `None` (backends
     /// that do not freeze).
-    fn thaw_detached(&self) -> Option<Box<dyn FnOnce() + Send>> {
+    fn thaw_detached(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
         None
     }
 

@@ -64,7 +64,7 @@ use client::generations_of;
 
 /// Thaws a frozen sandbox when dropped armed (see [`Sandbox::stop`]'s
 /// cancel safety).
-struct ThawOnDrop(Option<Box<dyn FnOnce() + Send>>);
+struct ThawOnDrop(Option<futures::future::BoxFuture<'static, ()>>);
 
 impl ThawOnDrop {
     fn disarm(mut self) {
@@ -78,7 +78,7 @@ impl Drop for ThawOnDrop {
             tracing::warn!(
                 "a stop was cancelled while the sandbox was frozen; resuming its processes"
             );
-            thaw();
+            crate::cleanup::spawn_cleanup("resuming a sandbox frozen for a cancelled stop", thaw);
         }
     }
 }

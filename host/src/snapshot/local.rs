@@ -34,6 +34,15 @@ impl LocalSnapshot {
     pub fn base_dir(&self) -> &Path {
         self.archives.path()
     }
+
+    /// Unfinished archives under `base_dir` whose writers are gone (a stop
+    /// that was killed): files in `base_dir/.partial` no live writer holds
+    /// locked. A stop that is cancelled removes its own; a later stop of
+    /// the same id, and `delete_stored`, sweep the id's; these are what is
+    /// left for `berth gc --orphans`.
+    pub fn abandoned_partials(base_dir: &Path) -> Vec<PathBuf> {
+        crate::archive_dir::abandoned_partials(base_dir)
+    }
 }
 
 #[async_trait::async_trait]
@@ -73,6 +82,9 @@ impl SandboxSnapshot for LocalSnapshot {
                 .push(self.archive_path().display().to_string()),
             Err(e) if matches!(e.storage(), Some(StorageError::NotFound(_))) => {}
             Err(e) => return Err(e),
+        }
+        for partial in self.archives.take_abandoned_partials(&self.id) {
+            report.deleted.push(partial.display().to_string());
         }
         Ok(report)
     }

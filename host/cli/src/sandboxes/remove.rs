@@ -225,6 +225,27 @@ pub async fn gc_orphans(yes: bool) -> anyhow::Result<ExitCode> {
             println!("{verb} {} (no sandbox uses it)", file.display());
         }
     }
+    // Archives a killed stop left unfinished (a cancelled one removes its
+    // own): those no live writer holds.
+    let mut bases: std::collections::BTreeSet<PathBuf> = known
+        .iter()
+        .filter(|s| s.state.snapshot.kind == "local")
+        .filter_map(|s| s.state.snapshot.base_dir.clone())
+        .collect();
+    bases.insert(snapshots.clone());
+    for base in bases {
+        for partial in berth::snapshot::LocalSnapshot::abandoned_partials(&base) {
+            found += 1;
+            if !dry_run {
+                std::fs::remove_file(&partial)
+                    .with_context(|| format!("deleting {}", partial.display()))?;
+            }
+            println!(
+                "{verb} {} (an unfinished archive of a stop that was killed)",
+                partial.display()
+            );
+        }
+    }
     // Generations kept for forks: collected once no known fork starts
     // from them.
     let bases: std::collections::BTreeSet<String> = known

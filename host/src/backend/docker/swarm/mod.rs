@@ -582,7 +582,7 @@ impl Backend for SwarmBackend {
         self.fence().await?.freeze().await
     }
 
-    fn thaw_detached(&self) -> Option<Box<dyn FnOnce() + Send>> {
+    fn thaw_detached(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
         self.container.get()?.thaw_detached()
     }
 
