@@ -24,10 +24,9 @@ pub enum IdGrammarError {
 impl core::fmt::Display for IdGrammarError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            IdGrammarError::Length(n) => write!(
-                f,
-                "a snapshot id must be 1 to {MAX_ID_LEN} characters long, got {n}"
-            ),
+            IdGrammarError::Length(n) => {
+                write!(f, "it must be 1 to {MAX_ID_LEN} characters long, not {n}")
+            }
             IdGrammarError::Reserved => f.write_str("`.` and `..` are reserved"),
             IdGrammarError::Character(c) => {
                 write!(f, "{c:?} is not allowed; allowed are A-Z a-z 0-9 . _ -")
@@ -35,6 +34,8 @@ impl core::fmt::Display for IdGrammarError {
         }
     }
 }
+
+impl core::error::Error for IdGrammarError {}
 
 /// Checks `id` against the grammar.
 pub fn check(id: &str) -> Result<(), IdGrammarError> {

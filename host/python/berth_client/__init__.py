@@ -6,7 +6,7 @@ Standard library only. It talks to the server on its unix socket (by default
     from berth_client import Berth
 
     b = Berth()                                   # the local server
-    box = b.create("box", backend="docker", image="python:3.12-slim")
+    box = b.create("box", backend="docker", image="berth-test:busybox")
     print(box.exec("ls -la").stdout)
     for event in box.exec_stream("make test"):    # output as it comes
         if event.kind == "stdout":
@@ -384,11 +384,13 @@ class Berth:
         **options: Any,
     ) -> "Sandbox":
         """Creates (and by default starts) a sandbox. ``options`` are the
-        other fields of ``POST /v1/sandboxes`` (``engine``, ``network``,
+        other fields of ``POST /v1/sandboxes`` (``engine``, ``pull``, ``network``,
         ``expose``, ``memory``, ``cpus``, ``agent``, ``compress``,
         ``dedup_keep``; for ``backend="swarm"``, ``engine`` names a manager
         and ``constraints``, ``reserve_memory``, ``reserve_cpus``,
-        ``pids_limit``, ``placement_timeout_secs`` place it)."""
+        ``pids_limit``, ``placement_timeout_secs`` place it). A create
+        whose start fails raises, and leaves no sandbox of that name: the
+        same call can be made again."""
         body = {"name": name, "start": start, **options}
         for key, value in (
             ("backend", backend),

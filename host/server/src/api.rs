@@ -115,6 +115,10 @@ pub struct CreateSandbox {
     /// default, 60.
     #[serde(default)]
     pub placement_timeout_secs: Option<u64>,
+    /// Docker: when to pull the image: `missing`, `always` or `never`. By
+    /// default, `missing` (as `docker run`).
+    #[serde(default)]
+    pub pull: Option<String>,
     /// Docker: copy the in-container agent in. By default, yes.
     #[serde(default)]
     pub agent: Option<bool>,

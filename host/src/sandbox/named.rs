@@ -16,20 +16,20 @@ use super::{
     Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState, StateFile, StateFileError,
     StateLock, StateSink,
 };
-use crate::SnapshotId;
 
 /// Why a named sandbox could not be found, read, written or locked.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NamedSandboxError {
-    /// The name is not a valid sandbox name (the snapshot id grammar).
+    /// The name is not a valid sandbox name (the snapshot id grammar:
+    /// `[A-Za-z0-9._-]{1,128}`, not `.` or `..`).
     #[error("{name:?} is not a valid sandbox name")]
     InvalidName {
         /// The name given.
         name: String,
         /// What is wrong with it.
         #[source]
-        source: crate::SnapshotIdError,
+        source: berth_id::IdGrammarError,
     },
     /// No state file for this name.
     #[error("no sandbox named {name:?} (looked for {}); see `berth ls`", path.display())]
@@ -124,7 +124,7 @@ impl NamedSandboxes {
 
     /// The state file of `name` (the name checked).
     pub fn state_file(&self, name: &str) -> Result<StateFile, NamedSandboxError> {
-        SnapshotId::parse(name).map_err(|source| NamedSandboxError::InvalidName {
+        berth_id::check(name).map_err(|source| NamedSandboxError::InvalidName {
             name: name.to_string(),
             source,
         })?;
@@ -240,6 +240,42 @@ impl NamedSandboxes {
             .client
             .resume(record.state.clone(), None, options)
             .await?)
+    }
+
+    /// Settles a create whose start failed with `error`, holding `name`'s
+    /// lock: what the start made (a container, a workspace directory Berth
+    /// owns) is removed and the name forgotten, so that the same create
+    /// can simply be tried again. Only when removing fails is the sandbox
+    /// kept (its state saved, for `berth rm` to finish); the error of that
+    /// removal is returned. A snapshot that existed before is never
+    /// touched.
+    pub async fn settle_failed_create(
+        &self,
+        record: &mut NamedSandbox,
+        sandbox: &mut Sandbox,
+        error: &SandboxError,
+    ) -> Result<(), SandboxError> {
+        let removed = if error.left_nothing() {
+            Ok(())
+        } else {
+            sandbox.shutdown().await
+        };
+        match removed {
+            Ok(()) => {
+                // The lifecycle may have saved the state while starting.
+                if let Err(e) = self.remove(&record.name) {
+                    tracing::warn!(error = %e, "forgetting a sandbox whose create failed");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                record.state = sandbox.state();
+                if let Err(save) = self.save(record) {
+                    tracing::warn!(error = %save, "saving a sandbox whose create failed");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Takes `name`'s lock, resumes it and attaches (restoring the

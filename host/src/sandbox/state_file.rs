@@ -54,16 +54,25 @@ impl StateFile {
     }
 
     /// Waits for the exclusive lock (an `flock` on the lock file, released
-    /// when the [`StateLock`] is dropped or the process dies).
+    /// when the [`StateLock`] is dropped or the process dies). A lock
+    /// dropped while no state file exists (a name only looked up, a create
+    /// that failed, a sandbox removed) removes its lock file: no lock file
+    /// outlives the sandbox it guards.
     pub async fn lock(&self) -> Result<StateLock, StateFileError> {
         let path = self.lock_path();
-        tokio::task::spawn_blocking(move || StateLock::acquire(&path))
-            .await
-            .map_err(|e| StateFileError::Io {
-                what: "waiting for the lock",
-                path: PathBuf::new(),
-                source: std::io::Error::other(e),
-            })?
+        let state = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            StateLock::acquire(&path).map(|mut lock| {
+                lock.guarded = Some((state, path));
+                lock
+            })
+        })
+        .await
+        .map_err(|e| StateFileError::Io {
+            what: "waiting for the lock",
+            path: PathBuf::new(),
+            source: std::io::Error::other(e),
+        })?
     }
 
     /// Reads the file's text; `Ok(None)` when it does not exist.
@@ -121,6 +130,21 @@ impl StateFile {
 #[derive(Debug)]
 pub struct StateLock {
     _file: std::fs::File,
+    /// The state file and lock file: the lock file is removed on drop when
+    /// the state file does not exist.
+    guarded: Option<(PathBuf, PathBuf)>,
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        if let Some((state, lock)) = &self.guarded {
+            // Still holding the lock: a waiter that gets it next finds its
+            // file unlinked and opens the path again (see `acquire`).
+            if !state.exists() {
+                let _ = std::fs::remove_file(lock);
+            }
+        }
+    }
 }
 
 impl StateLock {
@@ -146,12 +170,31 @@ impl StateLock {
             // SAFETY: flock on a descriptor we own; no memory is involved.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
             if rc == 0 {
-                return Ok(StateLock { _file: file });
+                break;
             }
             let err = std::io::Error::last_os_error();
             if err.kind() != std::io::ErrorKind::Interrupted {
                 return Err(io("locking", err));
             }
+        }
+        // The holder before us may have removed the lock file (its sandbox
+        // gone): a lock on an unlinked file excludes nobody, so take the
+        // lock on the file now at `path` instead.
+        let same = |file: &std::fs::File| {
+            use std::os::unix::fs::MetadataExt;
+            match (file.metadata(), std::fs::metadata(path)) {
+                (Ok(held), Ok(now)) => held.dev() == now.dev() && held.ino() == now.ino(),
+                _ => false,
+            }
+        };
+        if same(&file) {
+            Ok(StateLock {
+                _file: file,
+                guarded: None,
+            })
+        } else {
+            drop(file);
+            Self::acquire(path)
         }
     }
 }
@@ -177,6 +220,41 @@ mod tests {
         drop(first);
         rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
         waiter.join().unwrap();
+    }
+
+    #[tokio::test]
+    async fn no_lock_file_outlives_its_sandbox_and_waiters_still_exclude_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path().join("a.json"));
+        // A name only looked up leaves nothing behind.
+        drop(file.lock().await.unwrap());
+        assert!(!file.lock_path().exists());
+        // While a sandbox exists its lock file stays.
+        let lock = file.lock().await.unwrap();
+        file.write("{}").unwrap();
+        drop(lock);
+        assert!(file.lock_path().exists());
+        // Removed under its lock, with waiters queued behind it: each waiter
+        // gets the lock in turn, never two at once, and nothing is left.
+        let holder = file.lock().await.unwrap();
+        let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut waiters = Vec::new();
+        for _ in 0..4 {
+            let (file, inside) = (file.clone(), inside.clone());
+            waiters.push(tokio::spawn(async move {
+                let _lock = file.lock().await.unwrap();
+                assert_eq!(inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        file.remove().unwrap();
+        drop(holder);
+        for w in waiters {
+            w.await.unwrap();
+        }
+        assert!(!file.lock_path().exists());
     }
 
     #[test]

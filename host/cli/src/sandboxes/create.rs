@@ -275,33 +275,33 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     } else {
         sandbox.start().await.map(|_| ())
     };
-    let saved = Saved {
+    let mut saved = Saved {
         name: args.name.clone(),
         compression: args.compress,
         freeze: !args.no_freeze,
         checkpoint_each_exec: args.checkpoint.as_deref() == Some("each-exec"),
         state: sandbox.state(),
     };
-    // Saved even when start failed: what start made (a container) stays
-    // known, so `berth start` can retry and `berth rm` can clean it up.
-    // A placement that failed left nothing behind (the backend removed
-    // what it made): nothing to remember either.
-    let started = match started {
-        Err(e) if e.left_nothing() => {
-            return Err(anyhow::Error::new(e).context(format!(
-                "{} was not created: its backend could not place it, and nothing was left behind",
-                args.name
-            )));
-        }
-        other => other,
-    };
-    save(&home, &saved)?;
     if let Err(e) = started {
-        return Err(anyhow::Error::new(e).context(format!(
-            "{} was created but did not start; `berth start {}` retries, `berth rm {}` removes it",
-            args.name, args.name, args.name
-        )));
+        // Not registered: what the start made is removed, so the same
+        // create can be run again. Kept only if that removal fails.
+        let name = &args.name;
+        return Err(
+            match named(&home)
+                .settle_failed_create(&mut saved, &mut sandbox, &e)
+                .await
+            {
+                Ok(()) => anyhow::Error::new(e).context(format!(
+                    "{name} was not created: it did not start, and what it had made was removed"
+                )),
+                Err(cleanup) => anyhow::Error::new(e).context(format!(
+                    "{name} did not start, and removing what it had made failed too ({:#}); it is kept: `berth rm {name}` removes it",
+                    anyhow::Error::new(cleanup)
+                )),
+            },
+        );
     }
+    save(&home, &saved)?;
     if names_root && saved.state.backend.kind == berth::backend::local::KIND {
         if let Ok(local) = saved
             .state

@@ -98,22 +98,32 @@ pub(crate) fn create(inner: Arc<Inner>, call: Call) -> Answer {
         } else {
             Ok(())
         };
-        let r = NamedSandbox {
+        let mut r = NamedSandbox {
             checkpoint_each_exec: false,
             name: name.clone(),
             compression: body.compress,
             freeze: true,
             state: sandbox.state(),
         };
-        // Saved even when start failed: what start made stays reachable
-        // (unless it made nothing: a placement that failed).
-        if !started
-            .as_ref()
-            .is_err_and(berth::SandboxError::left_nothing)
-        {
-            named.save(&r)?;
+        if let Err(e) = started {
+            // Not registered: what the start made is removed, so the same
+            // request can be sent again; kept only if that removal fails.
+            let kept = named.settle_failed_create(&mut r, &mut sandbox, &e).await;
+            let mut error = ApiError::from(e);
+            error.message = match kept {
+                Ok(()) => format!(
+                    "{name} was not created: it did not start ({}), and what it had made was removed",
+                    error.message
+                ),
+                Err(cleanup) => format!(
+                    "{name} did not start ({}), and removing what it had made failed too ({}); it is kept: remove it (DELETE /v1/sandboxes/{name})",
+                    error.message,
+                    crate::http::chain(&cleanup)
+                ),
+            };
+            return Err(error);
         }
-        started?;
+        named.save(&r)?;
         Ok(json_reply(&record(&r)))
     }
     .boxed()
@@ -153,6 +163,7 @@ fn spec_of(
         .as_deref()
         .unwrap_or(berth::backend::local::KIND);
     let docker_only = body.image.is_some()
+        || body.pull.is_some()
         || body.engine.is_some()
         || body.network.is_some()
         || !body.expose.is_empty()
@@ -176,6 +187,11 @@ fn spec_of(
                 )));
             }
             let mut o = DockerOptions::new(image).agent(body.agent.unwrap_or(true));
+            if let Some(p) = &body.pull {
+                o = o.pull(p.parse().map_err(|e: String| {
+                    ApiError::bad_request(format!("`pull`: {e}"))
+                })?);
+            }
             if let Some(e) = &body.engine {
                 o = o.engine(e.clone());
             }
