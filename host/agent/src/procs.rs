@@ -26,6 +26,8 @@ use crate::tree::{kill_tree, start_time};
 
 const NOT_FOUND: i32 = 3;
 const RUNNING: i32 = 5;
+/// The process has exited: there is nothing to signal.
+const EXITED: i32 = 6;
 const STREAMS: [&str; 2] = ["stdout", "stderr"];
 const POLL: Duration = Duration::from_millis(50);
 
@@ -116,7 +118,7 @@ fn run(dir: &Path, op: &str, args: &[String]) -> Result<i32, Failure> {
             let here = existing(dir, id)?;
             let signal = signal_number(arg(1, "SIGNAL")?)?;
             if state(&here) != State::Running {
-                return Err(Failure(1, format!("{id} is not running")));
+                return Err(Failure(EXITED, format!("{id} has exited")));
             }
             let pid = read_number(&here.join("pid"))
                 .ok_or_else(|| Failure(1, format!("{id} has no process group yet")))?

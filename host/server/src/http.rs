@@ -82,6 +82,7 @@ impl From<berth::SandboxError> for ApiError {
             E::PathRefused { .. } => (StatusCode::FORBIDDEN, "path_refused"),
             E::NotFound { .. } => (StatusCode::NOT_FOUND, "file_not_found"),
             E::ProcessRunning { .. } => (StatusCode::CONFLICT, "process_running"),
+            E::ProcessExited { .. } => (StatusCode::CONFLICT, "process_exited"),
             E::LineageMismatch { .. } => (StatusCode::CONFLICT, "lineage_mismatch"),
             E::NotStarted => (StatusCode::CONFLICT, "not_started"),
             E::Backend(berth::BackendError::Unsupported { .. }) => {

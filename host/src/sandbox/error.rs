@@ -43,6 +43,12 @@ pub enum SandboxError {
         /// The id.
         id: String,
     },
+    /// The background process has exited: there is nothing to signal.
+    #[error("background process {id:?} has exited, so there is nothing to signal; `berth ps` shows its exit code, `berth logs` its output")]
+    ProcessExited {
+        /// The id.
+        id: String,
+    },
     /// Berth's helper in the sandbox failed an operation (a file operation,
     /// a background process); the message is its reason.
     #[error("{operation} failed: {message}")]

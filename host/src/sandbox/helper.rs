@@ -98,6 +98,9 @@ pub(super) fn helper_failure(
         .trim()
         .to_string();
     match code {
+        3 if operation.starts_with("proc") => SandboxError::NotFound {
+            what: format!("background process {subject:?}"),
+        },
         3 => SandboxError::NotFound {
             what: subject.to_string(),
         },
@@ -106,6 +109,9 @@ pub(super) fn helper_failure(
             reason,
         },
         5 => SandboxError::ProcessRunning {
+            id: subject.to_string(),
+        },
+        6 => SandboxError::ProcessExited {
             id: subject.to_string(),
         },
         _ => SandboxError::Helper {

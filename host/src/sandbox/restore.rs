@@ -11,7 +11,9 @@ use crate::workspace::archive::{ArchiveError, ArchiveStats};
 
 impl Sandbox {
     /// Extracts an archive into the workspace after the whole of it has
-    /// passed the hydrate policy (see [`crate::workspace::archive`]).
+    /// passed the hydrate policy (see [`crate::workspace::archive`]). A
+    /// tar, or a tar compressed with gzip or zstd (told by its first
+    /// bytes); the size limit counts the tar's bytes.
     pub async fn hydrate_workspace(
         &self,
         archive: &mut (dyn AsyncRead + Unpin + Send),
@@ -25,7 +27,12 @@ impl Sandbox {
             })?;
         let limit = self.options.limits.max_stream_bytes();
         let mut capped = CappedWriter::new(file, limit);
-        let copied = tokio::io::copy(archive, &mut capped).await;
+        // The cap counts the tar's bytes, after any decompression.
+        let mut archive = decompressed(archive).await.map_err(|e| SandboxError::Io {
+            what: "reading the archive",
+            source: e,
+        })?;
+        let copied = tokio::io::copy(&mut archive, &mut capped).await;
         if capped.overran() {
             return Err(SandboxError::ArchiveTooLarge { limit });
         }
@@ -278,4 +285,36 @@ impl Sandbox {
         self.sync_snapshot_fields();
         Ok(())
     }
+}
+
+/// `archive` as a tar stream: a gzip (`.tgz`) or zstd (`.tar.zst`) archive,
+/// told by its first bytes, is decompressed as it is read; anything else is
+/// passed through as it is.
+pub(super) async fn decompressed<'a>(
+    archive: &'a mut (dyn AsyncRead + Unpin + Send),
+) -> std::io::Result<std::pin::Pin<Box<dyn AsyncRead + Send + 'a>>> {
+    use tokio::io::AsyncReadExt;
+    const GZIP: &[u8] = &[0x1f, 0x8b];
+    const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+    let mut head = Vec::with_capacity(4);
+    while head.len() < 4 {
+        let mut byte = [0u8; 4];
+        let n = archive.read(&mut byte[..4 - head.len()]).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&byte[..n]);
+    }
+    let gzip = head.starts_with(GZIP);
+    let zstd = head.starts_with(ZSTD);
+    let whole = tokio::io::BufReader::new(std::io::Cursor::new(head).chain(archive));
+    Ok(if gzip {
+        let mut decoder = async_compression::tokio::bufread::GzipDecoder::new(whole);
+        decoder.multiple_members(true);
+        Box::pin(decoder)
+    } else if zstd {
+        Box::pin(async_compression::tokio::bufread::ZstdDecoder::new(whole))
+    } else {
+        Box::pin(whole)
+    })
 }

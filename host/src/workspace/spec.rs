@@ -13,7 +13,11 @@ fn default_root() -> String {
 }
 
 /// The workspace of a sandbox: its root, environment and initial entries.
+///
+/// Unknown keys are refused, naming the key and the known ones: a typo
+/// (`"entrys"`) must not silently give an empty workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WorkspaceSpec {
     /// Absolute path of the workspace inside the sandbox.
     #[serde(default = "default_root")]
@@ -50,7 +54,7 @@ pub enum Encoding {
 /// One workspace entry. `ephemeral` entries are applied on every start but
 /// never persisted in a snapshot; bind mounts are never archived at all.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Entry {
     /// A file with inline content.
     File {
@@ -299,6 +303,32 @@ mod tests {
         for bad in ["", "/etc/passwd", "../x", "a/../../x", ".", "a\0b"] {
             assert!(relative_key(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name_with_the_known_ones() {
+        let typo = serde_json::from_str::<WorkspaceSpec>(r#"{"entrys": {}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            typo.contains("`entrys`") && typo.contains("`entries`"),
+            "{typo}"
+        );
+        let entry = serde_json::from_str::<WorkspaceSpec>(
+            r#"{"entries": {"a": {"type": "file", "contents": "x"}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            entry.contains("`contents`") && entry.contains("`content`"),
+            "{entry}"
+        );
+        let nested = serde_json::from_str::<WorkspaceSpec>(
+            r#"{"entries": {"d": {"type": "dir", "children": {"x": {"type": "dir", "ephemeral": true, "childs": {}}}}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(nested.contains("`childs`"), "{nested}");
     }
 
     #[test]

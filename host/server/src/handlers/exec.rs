@@ -92,29 +92,58 @@ pub(crate) fn ndjson(
     first: Option<ExecLine>,
     process: ExecProcess,
     guard: Option<Registered>,
+    sandbox: Option<(Arc<Inner>, String)>,
 ) -> Reply {
     let head = futures::stream::iter(first.map(|l| Ok::<_, BoxError>(line(&l))));
-    let events = futures::stream::unfold(Some((process, guard)), |state| async move {
-        let (mut process, guard) = state?;
-        match process.next_event().await {
-            Some(Ok(ExecEvent::Exit(e))) => Some((Ok(line(&wire(ExecEvent::Exit(e)))), None)),
-            Some(Ok(event)) => Some((Ok(line(&wire(event))), Some((process, guard)))),
-            Some(Err(e)) => {
-                let e = ApiError::from(berth::SandboxError::from(e));
-                Some((Ok(line(&ExecLine::Error { error: e.detail() })), None))
+    let events = futures::stream::unfold(Some((process, guard)), move |state| {
+        let sandbox = sandbox.clone();
+        async move {
+            let (mut process, guard) = state?;
+            match process.next_event().await {
+                Some(Ok(ExecEvent::Exit(e))) => Some((Ok(line(&wire(ExecEvent::Exit(e)))), None)),
+                Some(Ok(event)) => Some((Ok(line(&wire(event))), Some((process, guard)))),
+                Some(Err(e)) => {
+                    let mut e = ApiError::from(berth::SandboxError::from(e));
+                    if let Some((inner, name)) = &sandbox {
+                        e = removed_meanwhile(inner, name, e).await;
+                    }
+                    Some((Ok(line(&ExecLine::Error { error: e.detail() })), None))
+                }
+                None => Some((
+                    Ok(line(&ExecLine::Error {
+                        error: api::ErrorDetail {
+                            code: "backend".into(),
+                            message: "the command's output ended without its exit".into(),
+                        },
+                    })),
+                    None,
+                )),
             }
-            None => Some((
-                Ok(line(&ExecLine::Error {
-                    error: api::ErrorDetail {
-                        code: "backend".into(),
-                        message: "the command's output ended without its exit".into(),
-                    },
-                })),
-                None,
-            )),
         }
     });
     stream_reply(head.chain(events), "application/x-ndjson")
+}
+
+/// How long a failed command waits for a removal under way to finish
+/// before its error is told as it is.
+const REMOVAL_WAIT: Duration = Duration::from_secs(30);
+
+/// `e`, or — when the command failed because its sandbox was removed
+/// while it ran (`berth rm` ends the instance, then forgets the name,
+/// holding the sandbox's lock throughout) — an error that says so.
+pub(crate) async fn removed_meanwhile(inner: &Inner, name: &str, e: ApiError) -> ApiError {
+    let named = inner.open.named();
+    let locked = tokio::time::timeout(REMOVAL_WAIT, named.lock(name)).await;
+    let gone = matches!(locked, Ok(Ok(_))) && matches!(named.read_text(name), Ok(None));
+    if gone {
+        ApiError::new(
+            http::StatusCode::GONE,
+            "removed",
+            format!("sandbox {name} was removed while the command ran (`berth rm`); the command ended with it"),
+        )
+    } else {
+        e
+    }
 }
 
 pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
@@ -169,8 +198,14 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
                         .await
                 }
                 None => process.collect(out, err, tail).await,
-            }
-            .map_err(|e| ApiError::from(berth::SandboxError::from(e)))?;
+            };
+            let result = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    let e = ApiError::from(berth::SandboxError::from(e));
+                    return Err(removed_meanwhile(&inner, &name, e).await);
+                }
+            };
             return Ok(json_reply(&result));
         }
         let (process, ..) = spawn_retrying(&inner, &name, request).await?;
@@ -188,9 +223,10 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
                 Some(ExecLine::Started { exec_id: id }),
                 process,
                 Some(guard),
+                Some((inner.clone(), name)),
             ));
         }
-        Ok(ndjson(None, process, None))
+        Ok(ndjson(None, process, None, Some((inner.clone(), name))))
     }
     .boxed()
 }

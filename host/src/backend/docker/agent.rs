@@ -52,6 +52,23 @@ pub(crate) struct AgentUnavailable(pub String);
 /// expected set-up, logged quietly, unlike an agent that fails to run).
 pub(crate) const NO_BINARY: &str = "no berth-agent binary";
 
+/// The start of the reason given when the container itself is gone (removed
+/// or re-created behind Berth's back): not the agent's failure, so neither
+/// a warning nor a reason to give up on the agent.
+pub(crate) const CONTAINER_GONE: &str = "the container is gone or stopped";
+
+/// `e` as the reason the agent did not start while `what`: the container
+/// being gone (404) or stopped (409) is said as such.
+fn unavailable(what: &str, container: &str, e: bollard::errors::Error) -> AgentUnavailable {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404 | 409,
+            message,
+        } => AgentUnavailable(format!("{CONTAINER_GONE} ({container}: {message})")),
+        e => AgentUnavailable(format!("{what} failed: {e}")),
+    }
+}
+
 impl std::fmt::Display for AgentUnavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -135,9 +152,11 @@ impl AgentSession {
             )
             .await
             .map_err(|e| {
-                AgentUnavailable(format!(
-                    "copying the agent into the container failed (a read-only filesystem?): {e}"
-                ))
+                unavailable(
+                    "copying the agent into the container (a read-only filesystem?)",
+                    container,
+                    e,
+                )
             })?;
         let exec = docker
             .create_exec(
@@ -152,7 +171,7 @@ impl AgentSession {
                 },
             )
             .await
-            .map_err(|e| AgentUnavailable(format!("creating the agent's exec failed: {e}")))?;
+            .map_err(|e| unavailable("creating the agent's exec", container, e))?;
         let (output, input) = match docker.start_exec(&exec.id, None).await {
             Ok(StartExecResults::Attached { output, input }) => (output, input),
             Ok(StartExecResults::Detached) => {
@@ -160,7 +179,7 @@ impl AgentSession {
                     "the daemon detached the agent's exec".into(),
                 ))
             }
-            Err(e) => return Err(AgentUnavailable(format!("starting the agent failed: {e}"))),
+            Err(e) => return Err(unavailable("starting the agent", container, e)),
         };
         let waiters: Waiters = Arc::default();
         let ended: Arc<Mutex<Option<String>>> = Arc::default();

@@ -249,7 +249,29 @@ fn unreachable(
     BackendError::Unreachable {
         backend: BACKEND,
         message: format!("cannot reach the Docker {engine}: {}", advice(engine, &why)),
-        source: Some(e),
+        source: Some(root_cause(e)),
+    }
+}
+
+/// The cause worth showing of a failure to talk to an engine: the
+/// operating system's error at the bottom of the HTTP client's chain
+/// (`Connection refused (os error 111)`), with its kind, rather than the
+/// client's layers (`Error in the hyper legacy client: client error
+/// (Connect): …`). The whole error when it has no such cause.
+pub(crate) fn root_cause(
+    e: Box<dyn std::error::Error + Send + Sync>,
+) -> Box<dyn std::error::Error + Send + Sync> {
+    let mut deepest: Option<&std::io::Error> = None;
+    let mut link: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
+    while let Some(current) = link {
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            deepest = Some(io);
+        }
+        link = current.source();
+    }
+    match deepest {
+        Some(io) => Box::new(std::io::Error::new(io.kind(), io.to_string())),
+        None => e,
     }
 }
 

@@ -102,7 +102,9 @@ pub async fn image_present(state: &DockerState) -> Result<bool, BackendError> {
     match connect(state).await?.inspect_image(&state.image).await {
         Ok(_) => Ok(true),
         Err(e) if is_not_found(&e) => Ok(false),
-        Err(e) => Err(api("inspecting the image", e)),
+        Err(e) => {
+            Err(refused_image(&state.image, &e).unwrap_or_else(|| api("inspecting the image", e)))
+        }
     }
 }
 
@@ -150,9 +152,31 @@ fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
             message: format!(
                 "{operation}: cannot reach the Docker daemon; is dockerd running? Retry once it is back"
             ),
-            source: Some(Box::new(other)),
+            source: Some(engine::root_cause(Box::new(other))),
         },
     }
+}
+
+/// An image reference the engine refused to parse (`400`): said as such,
+/// with the engine's reason and what a reference looks like.
+fn refused_image(image: &str, e: &bollard::errors::Error) -> Option<BackendError> {
+    let bollard::errors::Error::DockerResponseServerError {
+        status_code: 400,
+        message,
+    } = e
+    else {
+        return None;
+    };
+    // `no such image: NoSuch: invalid reference format: …` → the reason.
+    let reason = message
+        .find("invalid reference format")
+        .map_or(message.as_str(), |at| &message[at..]);
+    Some(BackendError::Config {
+        backend: BACKEND,
+        message: format!(
+            "{image:?} is not an image reference the engine accepts ({reason}); write it as REPOSITORY[:TAG] in lowercase, e.g. berth-test:busybox or registry.example:5000/team/app:1.0"
+        ),
+    })
 }
 
 /// The keep-alive process: sleeps until stopped, under the API's init.
@@ -200,6 +224,12 @@ impl DockerBackend {
                 *slot = AgentSlot::Running(session.clone());
                 Ok(session)
             }
+            Err(why) if why.0.starts_with(agent::CONTAINER_GONE) => {
+                // Tried again once the container is back (the lifecycle
+                // re-creates or restarts it, which resets the agent).
+                tracing::debug!(reason = %why, "no agent: the container is gone");
+                Err(why.to_string())
+            }
             Err(why) => {
                 if why.0.starts_with(agent::NO_BINARY) {
                     tracing::info!(reason = %why, "no in-container agent; commands run as one docker exec each");
@@ -225,7 +255,10 @@ impl DockerBackend {
         let (present, user) = match self.docker.inspect_image(&self.state.image).await {
             Ok(info) => (true, info.config.and_then(|c| c.user)),
             Err(e) if is_not_found(&e) => (false, None),
-            Err(e) => return Err(api("inspecting the image", e)),
+            Err(e) => {
+                return Err(refused_image(&self.state.image, &e)
+                    .unwrap_or_else(|| api("inspecting the image", e)))
+            }
         };
         match (self.state.pull, present) {
             (PullPolicy::Never, false) => Err(BackendError::Config {
@@ -441,16 +474,12 @@ impl Backend for DockerBackend {
         Ok(true)
     }
 
-    fn thaw_detached(&self) -> Option<Box<dyn FnOnce() + Send>> {
+    fn thaw_detached(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
         let docker = self.docker.clone();
         let target = self.target();
-        Some(Box::new(move || {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    if let Err(e) = docker.unpause_container(&target).await {
-                        tracing::warn!(container = %target, error = %e, "resuming the container after a cancelled stop failed; the next command resumes it");
-                    }
-                });
+        Some(Box::pin(async move {
+            if let Err(e) = docker.unpause_container(&target).await {
+                tracing::warn!(container = %target, error = %e, "resuming the container after a cancelled stop failed; the next command resumes it");
             }
         }))
     }
