@@ -6,6 +6,8 @@
 mod agent;
 #[path = "cli.rs"]
 mod cli;
+#[path = "cli_manners.rs"]
+mod cli_manners;
 #[path = "commands.rs"]
 mod commands;
 #[path = "conformance.rs"]
@@ -22,12 +24,16 @@ mod engines;
 mod examples;
 #[path = "hostile_archives.rs"]
 mod hostile_archives;
+#[path = "interruptions.rs"]
+mod interruptions;
 #[path = "lifecycle.rs"]
 mod lifecycle;
 #[path = "nothing_lost.rs"]
 mod nothing_lost;
 #[path = "plugin_host.rs"]
 mod plugin_host;
+#[path = "readme_api.rs"]
+mod readme_api;
 #[path = "registry.rs"]
 mod registry;
 #[path = "round_trip.rs"]

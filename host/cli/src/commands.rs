@@ -14,10 +14,11 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "berth", version, about, long_about)]
 pub struct Cli {
-    /// Run in this process instead of through `berth serve` (as
-    /// BERTH_NO_SERVER=1 does). By default, commands that reach a sandbox
-    /// go through the server on $BERTH_HOME/berth.sock, started on demand.
-    #[arg(long, global = true)]
+    /// Run the command in this process instead of through `berth serve`
+    /// (as BERTH_NO_SERVER=1 does): `berth --no-server exec …`. By default,
+    /// commands that reach a sandbox go through the server on
+    /// $BERTH_HOME/berth.sock, started on demand.
+    #[arg(long)]
     no_server: bool,
     #[command(subcommand)]
     command: Command,
@@ -75,11 +76,13 @@ enum Command {
         port: Option<String>,
     },
     /// Copy files or trees between this host and a sandbox
-    /// (`berth cp ./in box:/workspace/in`, `berth cp box:out.csv .`).
+    /// (`berth cp ./in box:/workspace/in`, `berth cp box:out.csv .`,
+    /// `berth cp box:out.csv - | head`).
     Cp {
-        /// Where from: a host path, or NAME:PATH.
+        /// Where from: a host path, NAME:PATH, or `-` (stdin, into one file).
         from: String,
-        /// Where to: a host path, or NAME:PATH.
+        /// Where to: a host path, NAME:PATH, or `-` (one file's bytes to
+        /// stdout).
         to: String,
     },
     /// Single-file operations in a sandbox's workspace, binary-safe.
@@ -93,6 +96,18 @@ enum Command {
     Stop {
         /// Sandbox name.
         name: String,
+    },
+    /// End the sandbox's instance — its container, or its background
+    /// processes on the local backend — after saving the workspace into
+    /// its snapshot (as `berth stop`). The sandbox stays: `berth start`
+    /// (or any command) brings it back from the snapshot.
+    Shutdown {
+        /// Sandbox name.
+        name: String,
+        /// End it without saving the workspace first (what changed since
+        /// the last stop is lost with the container).
+        #[arg(long)]
+        discard: bool,
     },
     /// Destroy what the sandbox owns — its container or workspace
     /// directory and the snapshots Berth made for it — and forget it.
@@ -134,7 +149,7 @@ enum Command {
     Hydrate {
         /// Sandbox name.
         name: String,
-        /// The tar file.
+        /// The tar file (plain, gzip or zstd).
         file: PathBuf,
     },
     /// Delete what no kept generation of a deduplicated snapshot needs
@@ -214,6 +229,33 @@ enum Command {
     /// token when asked. The CLI starts one on demand; this runs it in the
     /// foreground.
     Serve(server::ServeArgs),
+    /// The background server the CLI starts on demand: whether one runs,
+    /// and stopping it.
+    #[command(subcommand)]
+    Server(server::ServerCommand),
+}
+
+impl Cli {
+    /// Parses the command line (clap's errors and help, exit 2).
+    pub fn parse_with_hints() -> Self {
+        Self::parse()
+    }
+
+    /// Whether this is `berth serve` (its log is a file: lines get times).
+    pub fn is_serve(&self) -> bool {
+        matches!(self.command, Command::Serve(_))
+    }
+
+    /// Whether the command deals with Ctrl-C itself: a streamed exec stops
+    /// its command, a shell sends it to its terminal, a server shuts down.
+    /// Every other command is cancelled (and what it began undone) by
+    /// `main`.
+    pub fn handles_interrupt(&self) -> bool {
+        matches!(
+            self.command,
+            Command::Exec(_) | Command::Shell { .. } | Command::Serve(_) | Command::Logs(_)
+        )
+    }
 }
 
 /// Runs the parsed command.
@@ -234,6 +276,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cp { from, to } => sandboxes::cp(&from, &to).await,
         Command::Files { name, command } => sandboxes::files(&name, command).await,
         Command::Stop { name } => sandboxes::stop(&name).await,
+        Command::Shutdown { name, discard } => sandboxes::shutdown(&name, discard).await,
         Command::Rm {
             name,
             force,
@@ -263,5 +306,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rewind { name, generation } => sandboxes::rewind(&name, generation).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
         Command::Serve(a) => server::serve(a).await,
+        Command::Server(c) => server::manage(c).await,
     }
 }

@@ -79,6 +79,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     SERVING.store(true, std::sync::atomic::Ordering::SeqCst);
     let home = crate::sandboxes::berth_home()?;
     let socket = args.socket.clone().unwrap_or_else(|| socket_path(&home));
+    if let Some(version) = Remote::at(&socket).version().await {
+        bail!(
+            "a berth server (pid {}) already answers on {}; `berth server stop` stops it",
+            version.pid,
+            socket.display()
+        );
+    }
     let mut limits = berth_server::Limits::default();
     let size = |flag: &str, s: &str| {
         berth::plugin::manifest::parse_byte_size(s)
@@ -128,6 +135,121 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `berth server …`.
+#[derive(clap::Subcommand)]
+pub enum ServerCommand {
+    /// Start a server in the background (as the CLI does on demand) and
+    /// wait until it answers. Its log is $BERTH_HOME/server.log.
+    Start {
+        /// Exit after this long with no connection open (`10m`, `1h`, `0`
+        /// for never). By default $BERTH_SERVER_IDLE_EXIT, else 10m.
+        #[arg(long)]
+        idle_exit: Option<String>,
+    },
+    /// Whether a server answers on $BERTH_HOME/berth.sock: its pid, its
+    /// version, whether this berth uses it. Exits 1 when none answers.
+    Status,
+    /// Stop the server (SIGTERM: it finishes what it is doing for its
+    /// clients, then exits) and wait until it has gone.
+    Stop,
+}
+
+/// How long `berth server stop` waits for the server to go.
+const STOP_WAIT: Duration = Duration::from_secs(60);
+
+/// `berth server status|stop`.
+pub async fn manage(command: ServerCommand) -> anyhow::Result<ExitCode> {
+    let home = crate::sandboxes::berth_home()?;
+    let socket = socket_path(&home);
+    let remote = Remote::at(&socket);
+    if let ServerCommand::Start { idle_exit } = &command {
+        if let Some(version) = remote.version().await {
+            println!(
+                "a berth server (pid {}) already answers on {}",
+                version.pid,
+                socket.display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        let idle = idle_exit.clone().unwrap_or_else(default_idle_exit);
+        parse_duration(&idle)?;
+        start_server(&home, &socket, &idle).await?;
+        let pid = remote
+            .version()
+            .await
+            .map_or_else(|| "?".to_string(), |v| v.pid.to_string());
+        let until = match parse_duration(&idle)? {
+            Some(_) => format!("it exits after {idle} with nothing open"),
+            None => "it runs until stopped".to_string(),
+        };
+        println!(
+            "started a berth server (pid {pid}) on {}; {until}; `berth server stop` stops it",
+            socket.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(version) = remote.version().await else {
+        println!("no berth server answers on {}", socket.display());
+        return Ok(match command {
+            ServerCommand::Status => ExitCode::FAILURE,
+            _ => ExitCode::SUCCESS,
+        });
+    };
+    match command {
+        ServerCommand::Start { .. } => Ok(ExitCode::SUCCESS),
+        ServerCommand::Status => {
+            let same = version.environment == berth_server::environment_fingerprint()
+                && version.build == berth_server::build_identity();
+            println!(
+                "a berth server answers on {}: pid {}, berth {}, API v{}",
+                socket.display(),
+                version.pid,
+                version.berth,
+                version.api
+            );
+            if same {
+                println!("this berth sends its commands through it; `berth server stop` stops it");
+            } else {
+                println!("it runs another build of berth, or its BERTH_*/DOCKER_* environment differs: this berth runs its commands in-process");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ServerCommand::Stop => {
+            let pid = i32::try_from(version.pid).context("the server's pid is out of range")?;
+            // SAFETY: kill sends a signal; no memory is involved.
+            if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+                let e = std::io::Error::last_os_error();
+                bail!("cannot signal the server (pid {pid}): {e}");
+            }
+            let deadline = std::time::Instant::now() + STOP_WAIT;
+            while remote.version().await.is_some() || process_exists(pid) {
+                if std::time::Instant::now() > deadline {
+                    bail!(
+                        "the server (pid {pid}) is still there after {} s; see {}",
+                        STOP_WAIT.as_secs(),
+                        home.join("server.log").display()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            println!("stopped the berth server (pid {pid})");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Whether a process `pid` exists (and is not a zombie of ours).
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 checks existence; nothing is sent.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    alive
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+}
+
 static FORBIDDEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `--no-server`: this process runs everything itself.
@@ -156,6 +278,19 @@ pub struct Answer {
 }
 
 impl Remote {
+    /// The server at `socket`, whether or not one answers there.
+    pub fn at(socket: &Path) -> Remote {
+        Remote {
+            socket: socket.to_path_buf(),
+        }
+    }
+
+    /// What the server answering says of itself; `None` when none answers.
+    pub async fn version(&self) -> Option<berth_server::Version> {
+        tokio::net::UnixStream::connect(&self.socket).await.ok()?;
+        self.json(http::Method::GET, "/v1/version", None).await.ok()
+    }
+
     /// The server for `home`: the one answering, else one started now.
     /// `None` when servers are not allowed or one cannot be started (the
     /// caller runs the command in-process).
@@ -169,7 +304,7 @@ impl Remote {
             .await
             .is_err()
         {
-            if let Err(e) = start_server(home, &remote.socket).await {
+            if let Err(e) = start_server(home, &remote.socket, &default_idle_exit()).await {
                 eprintln!("berth: no server ({e:#}); running in this process");
                 return None;
             }
@@ -345,10 +480,16 @@ pub fn encode(s: &str) -> String {
     out
 }
 
+/// How long a server started in the background lives with nothing open:
+/// `$BERTH_SERVER_IDLE_EXIT`, else 10 minutes.
+fn default_idle_exit() -> String {
+    std::env::var("BERTH_SERVER_IDLE_EXIT").unwrap_or_else(|_| "10m".into())
+}
+
 /// Starts `berth serve` for `home` in the background (its own session,
 /// its log in `home/server.log`), exiting when idle; waits until it
 /// answers. One CLI at a time starts it (a lock in `home`).
-async fn start_server(home: &Path, socket: &Path) -> anyhow::Result<()> {
+async fn start_server(home: &Path, socket: &Path, idle: &str) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     std::fs::create_dir_all(home).with_context(|| format!("creating {}", home.display()))?;
     let lock_path = home.join("server.lock");
@@ -357,7 +498,6 @@ async fn start_server(home: &Path, socket: &Path) -> anyhow::Result<()> {
     if tokio::net::UnixStream::connect(socket).await.is_ok() {
         return Ok(());
     }
-    let idle = std::env::var("BERTH_SERVER_IDLE_EXIT").unwrap_or_else(|_| "10m".into());
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -366,7 +506,7 @@ async fn start_server(home: &Path, socket: &Path) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding this berth")?;
     let mut command = std::process::Command::new(exe);
     command
-        .args(["serve", "--idle-exit", &idle])
+        .args(["serve", "--idle-exit", idle])
         .env("BERTH_HOME", home)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

@@ -41,7 +41,7 @@ use berth::sandbox::NamedSandboxes;
 pub use api::*;
 pub use http::{BoxError, Reply, ReplyBody, RequestBody};
 pub use listen::{ServeError, Server};
-pub use notices::{WarningRelay, NOTICES_HEADER, NOTICE_TARGET, WARNINGS_HEADER};
+pub use notices::{EventText, WarningRelay, NOTICES_HEADER, NOTICE_TARGET, WARNINGS_HEADER};
 pub use openapi::openapi;
 
 use handlers::exec::Execs;

@@ -5,7 +5,6 @@
 //! run through a server says what the same command run in-process would.
 
 use std::cell::RefCell;
-use std::fmt::Write as _;
 use std::future::Future;
 
 use tracing::field::{Field, Visit};
@@ -76,45 +75,65 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarningRelay {
         if !notice && *meta.level() > tracing::Level::WARN {
             return;
         }
-        let mut line = Line::default();
-        event.record(&mut line);
+        let line = EventText::of(event);
         let _ = COLLECTED.try_with(|c| {
             let mut c = c.borrow_mut();
             if notice {
                 c.notices.push(line.message);
             } else {
-                c.warnings.push(format!(
-                    "{}: {}{}",
-                    meta.target(),
-                    line.message,
-                    line.fields
-                ));
+                c.warnings.push(line.to_string());
             }
         });
     }
 }
 
-/// An event's message and its other fields, as `fmt` prints them.
-#[derive(Default)]
-struct Line {
-    message: String,
-    fields: String,
+/// An event as one human line: its message, then its `error` field after
+/// a colon, then its other fields in parentheses
+/// (`resuming the container failed: no such container (container: abc)`).
+/// The CLI prints its log lines this way, and the server relays warnings
+/// in this form.
+#[derive(Debug, Default, Clone)]
+pub struct EventText {
+    /// The event's message.
+    pub message: String,
+    /// Its `error` field, if any.
+    pub error: Option<String>,
+    /// Its other fields, `name: value`.
+    pub fields: Vec<String>,
 }
 
-impl Visit for Line {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.message, "{value:?}");
-        } else {
-            let _ = write!(self.fields, " {}={value:?}", field.name());
+impl EventText {
+    /// The text of `event`.
+    pub fn of(event: &tracing::Event<'_>) -> Self {
+        let mut text = EventText::default();
+        event.record(&mut text);
+        text
+    }
+}
+
+impl std::fmt::Display for EventText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(error) = &self.error {
+            write!(f, ": {error}")?;
         }
+        if !self.fields.is_empty() {
+            write!(f, " ({})", self.fields.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl Visit for EventText {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.record_str(field, &format!("{value:?}"));
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.message.push_str(value);
-        } else {
-            let _ = write!(self.fields, " {}={value}", field.name());
+        match field.name() {
+            "message" => self.message.push_str(value),
+            "error" => self.error = Some(value.to_string()),
+            name => self.fields.push(format!("{name}: {value}")),
         }
     }
 }

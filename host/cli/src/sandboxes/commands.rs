@@ -46,8 +46,10 @@ pub struct ExecArgs {
     /// With --detach: bytes of each stream's newest output kept.
     #[arg(long, requires = "detach", default_value_t = berth::sandbox::DEFAULT_LOG_RING)]
     log_ring: u64,
-    /// The command (joined with spaces and run by `sh -c`).
-    #[arg(last = true, required = true)]
+    /// The command (joined with spaces and run by `sh -c`): after `--`, or
+    /// from the first word that is not one of these options on (`berth
+    /// exec box ls -la`, as `docker exec`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
 }
 
@@ -89,7 +91,21 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         return Ok(exit_code(result.exit_code));
     }
     let process = sandbox.exec_stream(request).await?;
-    run_streamed(process, args.interactive, checkpoint).await
+    match run_streamed(process, args.interactive, checkpoint).await {
+        Err(e) if removed_meanwhile(&home, &args.name).await => Err(e.context(format!(
+            "sandbox {} was removed while the command ran (`berth rm`); the command ended with it",
+            args.name
+        ))),
+        other => other,
+    }
+}
+
+/// Whether sandbox `name` was removed: `berth rm` holds its lock until it
+/// has forgotten it, so this waits (a while) for a removal under way.
+async fn removed_meanwhile(home: &std::path::Path, name: &str) -> bool {
+    let named = named(home);
+    let locked = tokio::time::timeout(Duration::from_secs(30), named.lock(name)).await;
+    matches!(locked, Ok(Ok(_))) && matches!(named.read_text(name), Ok(None))
 }
 
 /// The checkpoint after a command, when the sandbox takes one.
@@ -450,6 +466,12 @@ pub async fn port(name: &str, port: Option<&str>) -> anyhow::Result<ExitCode> {
 
 /// `berth shell NAME [-- COMMAND]`.
 pub async fn shell(name: &str, command: &[String]) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "`berth shell` needs a terminal on stdin and stdout, and this has none; from a script or an agent, use `berth exec {name} -- COMMAND` (with -i to stream stdin to it)"
+        );
+    }
     let home = berth_home()?;
     let command = (!command.is_empty()).then(|| command.join(" "));
     let size = terminal::size().unwrap_or_default();

@@ -14,15 +14,20 @@ use tokio::io::AsyncWriteExt;
 use super::*;
 use crate::server::{encode, Remote};
 
-/// One side of `berth cp`: `NAME:PATH` in a sandbox, or a host path.
+/// One side of `berth cp`: `NAME:PATH` in a sandbox, a host path, or `-`
+/// (stdout as the destination, stdin as the source).
 enum Place {
     Sandbox { name: String, path: String },
     Host(PathBuf),
+    Standard,
 }
 
 /// `NAME:PATH` when what is before the first `:` is a sandbox name (no
 /// `/`, a valid id); anything else is a host path (`./a:b` is one).
 fn place(arg: &str) -> Place {
+    if arg == "-" {
+        return Place::Standard;
+    }
     if let Some((name, path)) = arg.split_once(':') {
         if !name.contains('/') && berth::SnapshotId::parse(name).is_ok() {
             return Place::Sandbox {
@@ -54,10 +59,33 @@ pub async fn cp(from: &str, to: &str) -> anyhow::Result<ExitCode> {
             let written = sandbox.files().copy_out(&path, &dest).await?;
             eprintln!("copied {name}:{path} to {}", written.display());
         }
+        // `-` as docker cp takes it, for one file: its bytes to stdout,
+        // or stdin as its new content.
+        (Place::Sandbox { name, path }, Place::Standard) => {
+            return files(&name, FilesCommand::Read { path }).await;
+        }
+        (Place::Standard, Place::Sandbox { name, path }) => {
+            // As a copy of a host file does, missing parents are made.
+            if let Some(parent) = Path::new(&path)
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+            {
+                let parent = parent.to_string_lossy().into_owned();
+                files(
+                    &name,
+                    FilesCommand::Mkdir {
+                        path: parent,
+                        parents: true,
+                    },
+                )
+                .await?;
+            }
+            return files(&name, FilesCommand::Write { path, mode: None }).await;
+        }
         (Place::Sandbox { .. }, Place::Sandbox { .. }) => {
             anyhow::bail!("both sides are sandboxes: copy out to the host, then in")
         }
-        (Place::Host(_), Place::Host(_)) => {
+        (Place::Host(_) | Place::Standard, Place::Host(_) | Place::Standard) => {
             anyhow::bail!("neither side is a sandbox: write one as NAME:PATH")
         }
     }

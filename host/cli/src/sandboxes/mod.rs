@@ -27,7 +27,7 @@ pub use files::{cp, files, FilesCommand};
 pub use history::{diff, history, rewind};
 pub use listing::{fork, ls};
 pub use remove::{gc, gc_orphans, rm};
-pub use run::{hydrate, inspect, persist, start, stop, StartArgs};
+pub use run::{hydrate, inspect, persist, shutdown, start, stop, StartArgs};
 
 /// `$BERTH_HOME`, else `$XDG_DATA_HOME/berth`, else `~/.local/share/berth`.
 pub fn berth_home() -> anyhow::Result<PathBuf> {

@@ -1,6 +1,6 @@
 //! `berth start|exec|stop|persist|hydrate|inspect`: driving a sandbox.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -160,6 +160,55 @@ pub async fn stop(name: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `berth shutdown NAME [--discard]`: save the workspace (unless
+/// `discard`), then end the sandbox's instance. The sandbox stays.
+pub async fn shutdown(name: &str, discard: bool) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    if let Some(remote) = crate::server::Remote::for_home(&home).await {
+        let ready = load(&home, name)?.state.workspace_root_ready;
+        if ready && !discard {
+            let saved = through_server::stop(&remote, name)
+                .await
+                .map_err(|e| refused_shutdown(name, e))?;
+            print_stopped(name, &saved);
+        }
+        through_server::shutdown(&remote, name).await?;
+        println!("shut down {name}; `berth start {name}` brings it back from its snapshot");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let _lock = lock(&home, name).await?;
+    let mut saved = load(&home, name)?;
+    let mut sandbox = resume(&home, &saved).await?;
+    let save_first = saved.state.workspace_root_ready && !discard;
+    // A stop that fails leaves the instance up: nothing is lost.
+    let stopped = if save_first {
+        match sandbox.attach().await {
+            Ok(_) => sandbox.stop().await,
+            Err(e) => Err(e),
+        }
+    } else {
+        Ok(())
+    };
+    let result = match stopped {
+        Ok(()) => sandbox.shutdown().await,
+        Err(e) => Err(e),
+    };
+    saved.state = sandbox.state();
+    save(&home, &saved)?;
+    result.map_err(|e| refused_shutdown(name, anyhow::Error::new(e)))?;
+    if save_first {
+        print_stopped(name, &saved);
+    }
+    println!("shut down {name}; `berth start {name}` brings it back from its snapshot");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn refused_shutdown(name: &str, e: anyhow::Error) -> anyhow::Error {
+    e.context(format!(
+        "{name} was not shut down; `berth shutdown --discard {name}` ends it without saving its workspace"
+    ))
+}
+
 /// What a stop saved, in a line or two.
 fn print_stopped(name: &str, saved: &Saved) {
     let s = &saved.state.snapshot;
@@ -201,25 +250,55 @@ pub async fn inspect(name: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `berth persist NAME --out FILE`: the workspace as a tar file.
+/// `berth persist NAME --out FILE`: the workspace as a tar file. It is
+/// written beside FILE under a hidden name and renamed into place once
+/// complete, so FILE is never half-written; a failed or interrupted
+/// persist removes the hidden file.
 pub async fn persist(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let (_lock, sandbox) = attach_locked(&home, name).await?;
-    let tmp = out.with_extension("partial");
-    let mut file = tokio::fs::File::create(&tmp)
-        .await
-        .with_context(|| format!("creating {}", tmp.display()))?;
-    let n = match sandbox.persist_workspace_to(&mut file).await {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            return Err(e).context("reading the workspace archive");
-        }
+    let file_name = out
+        .file_name()
+        .with_context(|| format!("--out {} does not name a file", out.display()))?;
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
     };
-    file.sync_all().await?;
-    tokio::fs::rename(&tmp, out).await?;
+    if !dir.is_dir() {
+        bail!(
+            "cannot write {}: the directory {} does not exist (create it first)",
+            out.display(),
+            dir.display()
+        );
+    }
+    let (_lock, sandbox) = attach_locked(&home, name).await?;
+    let mut hidden = std::ffi::OsString::from(".");
+    hidden.push(file_name);
+    hidden.push(".berth-partial");
+    let temp = RemovedOnDrop(dir.join(hidden));
+    let mut file = tokio::fs::File::create(&temp.0)
+        .await
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    let n = sandbox
+        .persist_workspace_to(&mut file)
+        .await
+        .context("reading the workspace archive")?;
+    file.sync_all()
+        .await
+        .with_context(|| format!("writing {}", out.display()))?;
+    tokio::fs::rename(&temp.0, out)
+        .await
+        .with_context(|| format!("cannot write {}", out.display()))?;
     println!("wrote {} ({n} bytes)", out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// A file removed when this is dropped, unless it was renamed away.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// `berth hydrate NAME FILE`: extract a tar into the workspace, after the

@@ -216,6 +216,19 @@ pub async fn stop(remote: &Remote, name: &str) -> anyhow::Result<super::Saved> {
     saved(record)
 }
 
+/// `berth shutdown NAME` through the server (after a stop unless
+/// `discard`).
+pub async fn shutdown(remote: &Remote, name: &str) -> anyhow::Result<super::Saved> {
+    let record: SandboxRecord = remote
+        .json(
+            Method::POST,
+            &format!("{}/shutdown", sandbox_path(name)),
+            None,
+        )
+        .await?;
+    saved(record)
+}
+
 /// Whether `e` is the server's error of `code`.
 pub fn is_code(e: &anyhow::Error, code: &str) -> bool {
     e.downcast_ref::<ServerError>()
