@@ -20,6 +20,7 @@ mod diff;
 mod format;
 mod gc;
 mod generations;
+mod packing;
 mod persist;
 mod record;
 mod restore;

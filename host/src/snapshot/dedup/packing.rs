@@ -1,0 +1,548 @@
+//! The packing half of a stop: a blocking thread cuts each file into
+//! content-defined chunks and hashes them (files the files cache matched
+//! keep their parent's chunks unread), and a second thread compresses the
+//! new chunks into packs, handed back one by one for upload.
+
+use std::collections::HashMap;
+use std::io::BufWriter;
+use std::path::PathBuf;
+
+use tokio::sync::mpsc;
+
+use super::chunker::{Chunker, ChunkerParams};
+use super::format::{
+    names, ChunkId, ChunkLocation, Codec, IndexEntry, Member, PackWriter, PACK_TARGET_BYTES,
+};
+use crate::store_error::StoreError;
+use crate::workspace::tree::{self, EntryKind, TreeItem, WalkStats};
+
+/// What packing starts from: the parent's (and a fork base's) chunks and
+/// files, and how to build packs.
+pub(super) struct Inputs {
+    /// The snapshot's tag (pack names carry it).
+    pub(super) tag: String,
+    /// The zstd level of chunks.
+    pub(super) zstd_level: i32,
+    /// Where packs are built before upload.
+    pub(super) spool: PathBuf,
+    pub(super) chunker_params: ChunkerParams,
+    /// Chunks already stored: their pack (a number in `packs`) and place.
+    pub(super) known: HashMap<ChunkId, (u32, ChunkLocation)>,
+    /// The parent's files, by path, for the files cache.
+    pub(super) parent_files: HashMap<Vec<u8>, ParentRun>,
+    /// The parent's (and base's) pack names.
+    pub(super) packs: Vec<String>,
+}
+
+/// Starts packing `source`: the finished packs arrive on the returned
+/// receiver as they are built (one may wait while the next is built); the
+/// handle gives what the packer made of the tree once the source ended.
+pub(super) fn start(
+    inputs: Inputs,
+    source: TreeSource,
+    spent: mpsc::Sender<Vec<u8>>,
+) -> Result<
+    (
+        tokio::task::JoinHandle<Result<Packed, StoreError>>,
+        mpsc::Receiver<FinishedPack>,
+    ),
+    StoreError,
+> {
+    let (pack_tx, pack_rx) = mpsc::channel::<FinishedPack>(1);
+    let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<(ChunkId, Vec<u8>)>(8);
+    let (spare_tx, spare_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+    let builder = PackBuilder {
+        tag: inputs.tag,
+        compressor: zstd::bulk::Compressor::new(inputs.zstd_level)
+            .map_err(local("starting the compressor"))?,
+        open: None,
+        spool: inputs.spool,
+        packs: Vec::new(),
+        locations: Vec::new(),
+        done: pack_tx,
+    };
+    let building = std::thread::Builder::new()
+        .name("berth-packs".into())
+        .spawn(move || builder.run(chunk_rx, spare_tx))
+        .map_err(local("starting the pack builder"))?;
+    let packer = Packer {
+        chunker_params: inputs.chunker_params,
+        known: inputs
+            .known
+            .into_iter()
+            .map(|(id, (pack, location))| (id, Known::At(pack, location)))
+            .collect(),
+        parent_files: inputs.parent_files,
+        packs: inputs.packs,
+        builder: Some(chunk_tx),
+        building: Some(building),
+        spare: spare_rx,
+        pending: Vec::new(),
+        duplicates: Vec::new(),
+        entries: Vec::new(),
+        members: Vec::new(),
+        current: None,
+        declared: 0,
+        new_chunks: 0,
+        new_bytes: 0,
+        limits: crate::workspace::ArchiveLimits::default(),
+    };
+    let packing = tokio::task::spawn_blocking(move || packer.run(source, spent));
+    Ok((packing, pack_rx))
+}
+
+/// Where a stop's entries come from.
+pub(crate) enum TreeSource {
+    /// A tar stream, in pieces (a backend without a walk).
+    Tar(mpsc::Receiver<Vec<u8>>),
+    /// A walk: runs on its own thread and hands items on.
+    Walk(crate::backend::TreeWalk),
+}
+
+/// A pack ready to upload.
+pub(super) struct FinishedPack {
+    pub(super) name: String,
+    pub(super) file: tempfile::TempPath,
+    pub(super) size: u64,
+}
+
+/// What the packer made of the tree.
+pub(super) struct Packed {
+    pub(super) entries: Vec<IndexEntry>,
+    pub(super) members: Vec<Member>,
+    /// Pack names by the number entries use: the parent's, then new ones.
+    pub(super) packs: Vec<String>,
+    pub(super) new_chunks: u64,
+    pub(super) new_bytes: u64,
+    pub(super) walk: WalkStats,
+}
+
+/// A parent's file, for the files cache: its chunks, with pack numbers
+/// in the packer's list.
+pub(super) type ParentRun = Vec<IndexEntry>;
+
+/// The blocking half: cuts and hashes chunks, and hands new ones to the
+/// pack builder's thread.
+struct Packer {
+    chunker_params: ChunkerParams,
+    known: HashMap<ChunkId, Known>,
+    parent_files: HashMap<Vec<u8>, ParentRun>,
+    /// The parent's (and base's) packs; the new ones follow at the end.
+    packs: Vec<String>,
+    /// New chunks to the pack builder.
+    builder: Option<std::sync::mpsc::SyncSender<(ChunkId, Vec<u8>)>>,
+    building: Option<std::thread::JoinHandle<Result<Built, StoreError>>>,
+    /// Buffers back from the pack builder.
+    spare: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// Entries of new chunks, in the order sent to the builder.
+    pending: Vec<usize>,
+    /// Entries repeating a new chunk, and the entry that first had it.
+    duplicates: Vec<(usize, usize)>,
+    entries: Vec<IndexEntry>,
+    members: Vec<Member>,
+    /// The file being read: its chunker.
+    current: Option<Chunker>,
+    /// Bytes of content the entries declared so far.
+    declared: u64,
+    new_chunks: u64,
+    new_bytes: u64,
+    limits: crate::workspace::ArchiveLimits,
+}
+
+pub(super) fn local(what: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
+    move |source| StoreError::Local { what, source }
+}
+
+/// A tar's pieces, from the async reader, as a blocking `Read`.
+struct PieceReader {
+    input: mpsc::Receiver<Vec<u8>>,
+    piece: Vec<u8>,
+    at: usize,
+    spent: mpsc::Sender<Vec<u8>>,
+}
+
+impl std::io::Read for PieceReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.piece.len() {
+            match self.input.blocking_recv() {
+                Some(next) => {
+                    let old = std::mem::replace(&mut self.piece, next);
+                    // Back to the reader for reuse (see `persist_tree`).
+                    let _ = self.spent.try_send(old);
+                    self.at = 0;
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.piece.len() - self.at);
+        buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// An error of the packer carried through an `io::Error` (the walk's
+/// callback type), taken back out at the end.
+fn carry(e: StoreError) -> std::io::Error {
+    std::io::Error::other(CarriedStoreError(e))
+}
+
+#[derive(Debug)]
+struct CarriedStoreError(StoreError);
+
+impl std::fmt::Display for CarriedStoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for CarriedStoreError {}
+
+fn uncarry(e: std::io::Error) -> StoreError {
+    if e.get_ref().is_some_and(|r| r.is::<CarriedStoreError>()) {
+        if let Some(Ok(carried)) = e.into_inner().map(|b| b.downcast::<CarriedStoreError>()) {
+            return carried.0;
+        }
+        return StoreError::Source(std::io::Error::other("the packer failed"));
+    }
+    StoreError::Source(e)
+}
+
+impl Packer {
+    fn run(
+        mut self,
+        source: TreeSource,
+        spent: mpsc::Sender<Vec<u8>>,
+    ) -> Result<Packed, StoreError> {
+        let walk = match source {
+            TreeSource::Tar(input) => {
+                let reader = PieceReader {
+                    input,
+                    piece: Vec::new(),
+                    at: 0,
+                    spent,
+                };
+                let limits = self.limits;
+                tree::items_of_tar(reader, limits, &mut |item| self.item(item).map_err(carry))
+                    .map_err(uncarry)?
+            }
+            TreeSource::Walk(walk) => {
+                // The walk reads on its own thread while this one chunks.
+                let (tx, rx) = std::sync::mpsc::sync_channel::<TreeItem>(16);
+                let walker = std::thread::Builder::new()
+                    .name("berth-walk".into())
+                    .spawn(move || {
+                        walk(&mut |item| {
+                            tx.send(item).map_err(|_| {
+                                std::io::Error::new(
+                                    std::io::ErrorKind::BrokenPipe,
+                                    "the packer stopped",
+                                )
+                            })
+                        })
+                    })
+                    .map_err(local("starting the workspace walk"))?;
+                let mut failed = None;
+                for item in rx {
+                    if let Err(e) = self.item(item) {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+                let walked = walker.join().map_err(|_| StoreError::Local {
+                    what: "walking the workspace",
+                    source: std::io::Error::other("the walk panicked"),
+                })?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                walked.map_err(StoreError::Source)?
+            }
+        };
+        if self.current.is_some() {
+            return Err(StoreError::Source(std::io::Error::other(
+                "the workspace's last file ended early",
+            )));
+        }
+        self.finish_packs()?;
+        Ok(Packed {
+            entries: self.entries,
+            members: self.members,
+            packs: self.packs,
+            new_chunks: self.new_chunks,
+            new_bytes: self.new_bytes,
+            walk,
+        })
+    }
+
+    fn item(&mut self, item: TreeItem) -> Result<(), StoreError> {
+        let out_of_step = |why: &str| {
+            StoreError::Source(std::io::Error::other(format!("the workspace walk {why}")))
+        };
+        match item {
+            TreeItem::Entry { entry, unchanged } => {
+                if self.current.is_some() {
+                    return Err(out_of_step("started an entry inside a file"));
+                }
+                if self.members.len() as u64 >= self.limits.max_entries {
+                    return Err(out_of_step(&format!(
+                        "found more than {} entries (the archive limit)",
+                        self.limits.max_entries
+                    )));
+                }
+                self.declared = self.declared.saturating_add(entry.size);
+                if self.declared > self.limits.max_bytes {
+                    return Err(out_of_step(&format!(
+                        "found more than {} bytes (the archive limit)",
+                        self.limits.max_bytes
+                    )));
+                }
+                let first_chunk = self.entries.len() as u64;
+                let mut chunks = 0;
+                if unchanged {
+                    let run = self.parent_files.get(&entry.path).ok_or_else(|| {
+                        out_of_step("reused a file its parent generation does not have")
+                    })?;
+                    self.entries.extend_from_slice(run);
+                    chunks = run.len() as u32;
+                } else if entry.kind == EntryKind::File {
+                    self.current = Some(Chunker::for_file(self.chunker_params));
+                }
+                self.members.push(Member {
+                    entry,
+                    first_chunk,
+                    chunks,
+                });
+            }
+            TreeItem::Data(piece) => {
+                let mut chunker = self
+                    .current
+                    .take()
+                    .ok_or_else(|| out_of_step("sent content outside a file"))?;
+                chunker.push(&piece, &mut |c| self.chunk(c))?;
+                self.current = Some(chunker);
+            }
+            TreeItem::EndOfFile { identity } => {
+                let chunker = self
+                    .current
+                    .take()
+                    .ok_or_else(|| out_of_step("ended a file it did not start"))?;
+                chunker.finish(&mut |c| self.chunk(c))?;
+                let count = self.entries.len() as u64;
+                let Some(member) = self.members.last_mut() else {
+                    return Err(out_of_step("ended a file it did not start"));
+                };
+                member.chunks = (count - member.first_chunk) as u32;
+                member.entry.identity = identity;
+                let held: u64 = self.entries[member.first_chunk as usize..]
+                    .iter()
+                    .map(|c| c.location.raw_len as u64)
+                    .sum();
+                if held != member.entry.size {
+                    return Err(out_of_step(&format!(
+                        "sent {held} bytes of {}, which is {} bytes",
+                        member.entry.display_path(),
+                        member.entry.size
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn chunk(&mut self, raw: &[u8]) -> Result<(), StoreError> {
+        let id = *blake3::hash(raw).as_bytes();
+        let placeholder = IndexEntry {
+            chunk: id,
+            pack: u32::MAX,
+            location: ChunkLocation {
+                offset: 0,
+                stored_len: 0,
+                raw_len: raw.len() as u32,
+                codec: Codec::Raw,
+            },
+        };
+        match self.known.get(&id) {
+            Some(Known::At(pack, location)) => {
+                self.entries.push(IndexEntry {
+                    chunk: id,
+                    pack: *pack,
+                    location: *location,
+                });
+                return Ok(());
+            }
+            Some(Known::Pending(first)) => {
+                self.duplicates.push((self.entries.len(), *first));
+                self.entries.push(placeholder);
+                return Ok(());
+            }
+            None => {}
+        }
+        self.known.insert(id, Known::Pending(self.entries.len()));
+        self.pending.push(self.entries.len());
+        self.entries.push(placeholder);
+        self.new_chunks += 1;
+        self.new_bytes += raw.len() as u64;
+        let mut buffer = self.spare.try_recv().unwrap_or_default();
+        buffer.clear();
+        buffer.extend_from_slice(raw);
+        let sent = self
+            .builder
+            .as_ref()
+            .is_some_and(|b| b.send((id, buffer)).is_ok());
+        if !sent {
+            return Err(self.builder_stopped());
+        }
+        Ok(())
+    }
+
+    /// The pack builder's own error, once it stopped.
+    fn builder_stopped(&mut self) -> StoreError {
+        self.builder = None;
+        match self.building.take().map(|t| t.join()) {
+            Some(Ok(Err(e))) => e,
+            _ => StoreError::Local {
+                what: "building packs",
+                source: std::io::Error::other("the pack builder stopped"),
+            },
+        }
+    }
+
+    /// Waits for the pack builder, and puts the places it gave the new
+    /// chunks into the entries.
+    fn finish_packs(&mut self) -> Result<(), StoreError> {
+        self.builder = None;
+        let built = match self.building.take().map(|t| t.join()) {
+            Some(Ok(built)) => built?,
+            _ => {
+                return Err(StoreError::Local {
+                    what: "building packs",
+                    source: std::io::Error::other("the pack builder panicked"),
+                })
+            }
+        };
+        let base = self.packs.len() as u32;
+        if built.locations.len() != self.pending.len() {
+            return Err(StoreError::Local {
+                what: "building packs",
+                source: std::io::Error::other("the pack builder lost chunks"),
+            });
+        }
+        for (&at, (pack, location)) in self.pending.iter().zip(&built.locations) {
+            self.entries[at].pack = base + pack;
+            self.entries[at].location = *location;
+        }
+        for &(at, first) in &self.duplicates {
+            self.entries[at].pack = self.entries[first].pack;
+            self.entries[at].location = self.entries[first].location;
+        }
+        self.packs.extend(built.packs);
+        Ok(())
+    }
+}
+
+/// Where a chunk this stop has seen is.
+#[derive(Clone, Copy)]
+enum Known {
+    /// In a pack (a parent's, by the packer's number).
+    At(u32, ChunkLocation),
+    /// New in this stop: the entry that first had it (its place comes
+    /// from the pack builder at the end).
+    Pending(usize),
+}
+
+/// What the pack builder made: the new packs, and each new chunk's
+/// place (pack number among the new packs), in the order sent.
+struct Built {
+    packs: Vec<String>,
+    locations: Vec<(u32, ChunkLocation)>,
+}
+
+/// The pack builder: on a thread of its own (the second core), it
+/// compresses the new chunks and writes them into packs, handing each
+/// finished pack to the uploader.
+struct PackBuilder {
+    tag: String,
+    compressor: zstd::bulk::Compressor<'static>,
+    open: Option<(PackWriter<BufWriter<std::fs::File>>, tempfile::TempPath)>,
+    spool: PathBuf,
+    packs: Vec<String>,
+    locations: Vec<(u32, ChunkLocation)>,
+    done: mpsc::Sender<FinishedPack>,
+}
+
+impl PackBuilder {
+    fn run(
+        mut self,
+        chunks: std::sync::mpsc::Receiver<(ChunkId, Vec<u8>)>,
+        spare: std::sync::mpsc::SyncSender<Vec<u8>>,
+    ) -> Result<Built, StoreError> {
+        for (id, raw) in chunks {
+            self.add(id, &raw)?;
+            let _ = spare.try_send(raw);
+        }
+        self.close_pack()?;
+        Ok(Built {
+            packs: self.packs,
+            locations: self.locations,
+        })
+    }
+
+    fn add(&mut self, id: ChunkId, raw: &[u8]) -> Result<(), StoreError> {
+        let compressed = self.compressor.compress(raw).ok();
+        let (stored, codec) = match &compressed {
+            Some(c) if c.len() < raw.len() - raw.len() / 32 => (c.as_slice(), Codec::Zstd),
+            _ => (raw, Codec::Raw),
+        };
+        if self.open.is_none() {
+            let file = tempfile::Builder::new()
+                .prefix(".berth-pack-")
+                .tempfile_in(&self.spool)
+                .map_err(local("creating a pack file"))?;
+            let (file, path) = file.into_parts();
+            self.open = Some((
+                PackWriter::new(BufWriter::with_capacity(1 << 20, file)),
+                path,
+            ));
+        }
+        let pack = self.packs.len() as u32;
+        let Some((writer, _)) = self.open.as_mut() else {
+            return Ok(());
+        };
+        let location = writer
+            .add(id, raw.len() as u32, stored, codec)
+            .map_err(local("writing a pack file"))?;
+        let full = writer.len() >= PACK_TARGET_BYTES;
+        self.locations.push((pack, location));
+        if full {
+            self.close_pack()?;
+        }
+        Ok(())
+    }
+
+    /// Finishes the open pack (if any) and hands it to the uploader.
+    fn close_pack(&mut self) -> Result<(), StoreError> {
+        let Some((writer, path)) = self.open.take() else {
+            return Ok(());
+        };
+        let (out, hash, size) = writer.finish().map_err(local("writing a pack file"))?;
+        // Flushed, not synced: the spool is read back by the uploader, and
+        // durability is the store's job.
+        drop(out.into_inner().map_err(|e| StoreError::Local {
+            what: "writing a pack file",
+            source: e.into_error(),
+        })?);
+        let name = names::pack(&self.tag, &hash);
+        self.packs.push(name.clone());
+        self.done
+            .blocking_send(FinishedPack {
+                name,
+                file: path,
+                size,
+            })
+            .map_err(|_| StoreError::Local {
+                what: "handing a pack to the uploader",
+                source: std::io::Error::other("the upload stopped"),
+            })
+    }
+}
