@@ -147,9 +147,28 @@ async fn a_node_killed_mid_upload_keeps_the_previous_snapshot() {
     restart_node(&s3, 2);
 }
 
-/// SIGKILLs a Garage node.
+/// SIGKILLs a Garage node and waits until it is gone (or a zombie), so
+/// what follows really runs without it.
 fn kill_node(pid: u32) {
-    let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    let killed = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    assert!(killed.is_ok_and(|s| s.success()), "kill -9 {pid} failed");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let dead = stat.is_empty()
+            || stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'));
+        if dead {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Garage node {pid} still runs after SIGKILL"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Starts node `n` again so later tests have the full cluster. The node is

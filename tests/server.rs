@@ -678,6 +678,16 @@ async fn the_cli_says_the_same_through_the_server_and_in_process() {
             };
             outputs.push((norm(&out), norm(&err), code));
         }
+        // The first pass went through a server (the CLI started one on
+        // demand); the second did not start one.
+        let status = berth_in(home.path(), &["server", "status"]);
+        assert_eq!(
+            status.status.success(),
+            !in_process,
+            "in-process {in_process}: berth server status said {}",
+            String::from_utf8_lossy(&status.stdout)
+        );
+        berth_ok(home.path(), &["server", "stop"]);
         seen.push(outputs);
     }
     for (i, (through, in_process)) in seen[0].iter().zip(&seen[1]).enumerate() {
@@ -742,7 +752,7 @@ async fn a_server_killed_mid_exec_mid_write_or_mid_stop_loses_nothing() {
             "exec",
             "box",
             "--",
-            "head -c 20000000 /dev/urandom > data.bin; sha256sum data.bin > data.sum",
+            "head -c 200000000 /dev/urandom > data.bin; sha256sum data.bin > data.sum",
         ],
     );
     berth_ok(h, &["stop", "box"]);
@@ -813,9 +823,31 @@ async fn a_server_killed_mid_exec_mid_write_or_mid_stop_loses_nothing() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(150));
+    // Killed while the stop reads the workspace (the container is paused
+    // for that moment): the stop was under way, not done and not yet begun.
+    let container = berth_tests::container_id(&berth_tests::berth_state(h, "box"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let paused = Command::new("docker")
+            .args(["inspect", "-f", "{{.State.Paused}}", &container])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&paused.stdout).trim() == "true" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stop never paused the container"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
     sigkill(pid3);
-    let _ = stop.wait_with_output().unwrap();
+    let stopped = stop.wait_with_output().unwrap();
+    assert!(
+        !stopped.status.success(),
+        "the stop finished although its server was killed mid-way: {}",
+        String::from_utf8_lossy(&stopped.stdout)
+    );
     let check = berth_in(
         h,
         &[

@@ -165,12 +165,36 @@ async fn docker_state_with_engine_and_orphans_resumes_and_cleans_up() {
     let state = fixture("docker-0.3-engine-orphans.json", dir.path(), &name);
     assert_eq!(state.orphans.len(), 1);
     let client = SandboxClient::builder(dir.path()).save_state(false).build();
-    // The orphan's container is gone already: removing it succeeds and the
-    // state forgets it.
+    // The orphan's container exists (an old engine's leftover, made here
+    // under the fixture's name): removing it removes it, and the state
+    // forgets it.
+    let orphan = format!("{name}-orphan");
+    let made = std::process::Command::new("docker")
+        .args([
+            "create",
+            "--name",
+            &orphan,
+            &berth_tests::test_image(),
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     let cleanup = client.remove_orphans(&state).await;
     assert_eq!(cleanup.removed.len(), 1, "{:?}", cleanup.remaining);
-    assert!(cleanup.removed[0].contains(&format!("{name}-orphan")[..12]));
+    assert!(cleanup.removed[0].contains(&orphan[..12]));
     assert!(cleanup.state.orphans.is_empty());
+    berth_tests::assert_gone(
+        &std::process::Command::new("docker")
+            .args(["inspect", &orphan])
+            .output()
+            .unwrap(),
+        "the orphan's container",
+    );
     resumes_restores_and_stops(
         dir.path(),
         cleanup.state,

@@ -358,8 +358,12 @@ fn a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted()
                 &format!("id={}", task.container),
             ],
         )
-        .unwrap_or_default();
-    eprintln!("stale container on {victim}: {stale:?}");
+        .unwrap_or_else(|e| panic!("asking the cut-off node {victim} for its containers: {e}"));
+    assert!(
+        stale.contains(&task.container),
+        "the stale container {} no longer runs on the cut-off node {victim}: {stale:?}",
+        task.container
+    );
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let refused = runtime.block_on(async {
         let client = berth::sandbox::SandboxClient::builder(s.home().join("lib"))

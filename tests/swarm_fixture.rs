@@ -254,10 +254,13 @@ impl Swarm {
         }
     }
 
-    /// The services whose name starts with `berth-` (sandboxes').
+    /// The services whose name starts with `berth-` (sandboxes'). Panics
+    /// when no manager answers: an empty list must mean "none", never
+    /// "could not ask" (every "nothing left behind" check relies on it).
     pub fn berth_services(&self) -> Vec<String> {
-        self.docker(
-            &self.any_manager(),
+        let manager = self.any_manager();
+        match self.docker(
+            &manager,
             &[
                 "service",
                 "ls",
@@ -266,9 +269,10 @@ impl Swarm {
                 "--format",
                 "{{.Name}}",
             ],
-        )
-        .map(|s| s.lines().map(str::to_string).collect())
-        .unwrap_or_default()
+        ) {
+            Ok(listed) => listed.lines().map(str::to_string).collect(),
+            Err(e) => panic!("listing the swarm's services through {manager}: {e}"),
+        }
     }
 }
 

@@ -1,7 +1,6 @@
 //! `berth`: the command-line face of the Berth sandbox runtime.
 
 mod commands;
-mod leftovers;
 mod logging;
 mod plugin;
 mod sandboxes;

@@ -6,6 +6,7 @@ tests/server.rs; by hand: `berth serve &` then
 import hashlib
 import io
 import os
+import subprocess
 import tarfile
 import time
 import unittest
@@ -163,7 +164,13 @@ class ClientTest(unittest.TestCase):
         self.box.stop()
         record = self.box.inspect()
         container = find_key(record["state"], "container_id")
-        os.system(f"docker rm -f {container} > /dev/null 2>&1")
+        self.assertTrue(container, f"no container id in {record['state']}")
+        removed = subprocess.run(
+            ["docker", "rm", "-f", container], capture_output=True, text=True
+        )
+        self.assertEqual(removed.returncode, 0, removed.stderr)
+        gone = subprocess.run(["docker", "inspect", container], capture_output=True, text=True)
+        self.assertNotEqual(gone.returncode, 0, "the container is still there")
         # Transparent resume: the next command restores the workspace.
         self.assertEqual(self.box.exec("cat kept.txt").stdout, "survives\n")
         started = self.box.start()

@@ -103,6 +103,25 @@ impl From<berth::SandboxError> for ApiError {
     }
 }
 
+impl From<berth::sandbox::RemoveError> for ApiError {
+    fn from(e: berth::sandbox::RemoveError) -> Self {
+        use berth::sandbox::RemoveError as E;
+        let message = chain(&e);
+        match e {
+            E::Named(e) => e.into(),
+            E::OrphansRemain { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "orphans_remain", message)
+            }
+            E::Shutdown { source, .. } | E::DeleteSnapshot { source, .. } => {
+                let mut api = ApiError::from(source);
+                api.message = message;
+                api
+            }
+            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message),
+        }
+    }
+}
+
 impl From<berth::sandbox::NamedSandboxError> for ApiError {
     fn from(e: berth::sandbox::NamedSandboxError) -> Self {
         use berth::sandbox::NamedSandboxError as E;

@@ -28,6 +28,7 @@ mod named;
 mod options;
 mod persist;
 mod processes;
+mod removal;
 mod restore;
 pub(crate) mod sealing;
 mod snapshot_binding;
@@ -45,6 +46,7 @@ pub use moving::OrphanCleanup;
 pub use named::{NamedSandbox, NamedSandboxError, NamedSandboxes};
 pub use options::{Progress, ProgressFn, SandboxOptions, SaveState, StartBranch, StateSink};
 pub use processes::{BackgroundProcess, DetachRequest, ProcessState, Processes, DEFAULT_LOG_RING};
+pub use removal::{Removal, RemoveError, RemoveOptions};
 pub use snapshot_binding::{SnapshotChoiceError, SnapshotSpec};
 pub use state::{
     BackgroundRecord, Orphan, PluginRef, SandboxState, SnapshotState, WorkspaceLineage,

@@ -10,7 +10,7 @@ use berth::sandbox::{
     NamedSandboxes, Progress, Sandbox, SandboxClient, SandboxOptions, SnapshotSpec, StateLock,
 };
 
-use crate::{leftovers, table};
+use crate::table;
 
 mod commands;
 mod create;

@@ -10,80 +10,47 @@ use super::*;
 
 /// `berth rm NAME`: destroy what the sandbox owns — its container or
 /// directory and, unless `keep_snapshot`, the snapshots Berth made for it —
-/// and forget it. With `keep_snapshot` the workspace is stopped (persisted)
-/// first and the snapshot stays.
+/// and forget it (`NamedSandboxes::remove_locked`, which the server uses
+/// too). With `keep_snapshot` the workspace is stopped (persisted) first
+/// and the snapshot stays.
 pub async fn rm(name: &str, force: bool, keep_snapshot: bool) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let _lock = lock(&home, name).await?;
-    let mut saved = load(&home, name)?;
+    let lock = lock(&home, name).await?;
     let path = state_path(&home, name)?;
-    if !saved.state.orphans.is_empty() {
-        let cleanup = client(&home).remove_orphans(&saved.state).await;
-        saved.state = cleanup.state;
-        save(&home, &saved)?;
-        for removed in &cleanup.removed {
-            println!("removed orphan {removed}");
-        }
-        if !cleanup.remaining.is_empty() {
-            let why: Vec<String> = cleanup
-                .remaining
-                .iter()
-                .map(|(what, e)| format!("{what}: {e}"))
-                .collect();
-            if !force {
-                bail!(
-                    "{}
-these orphans are still there; `berth rm {name}` again once their engine answers, or `berth rm --force {name}` forgets them",
-                    why.join("\n")
-                );
-            }
-            eprintln!("berth: forgetting orphans (--force): {}", why.join("; "));
-        }
-    }
-    let mut sandbox = resume(&home, &saved).await?;
-    let closed = if keep_snapshot && sandbox.state().workspace_root_ready {
-        sandbox.close().await
-    } else {
-        sandbox.shutdown().await
+    let options = berth::sandbox::RemoveOptions {
+        force,
+        keep_snapshot,
     };
-    saved.state = sandbox.state();
-    if let Err(e) = closed {
-        let e = anyhow::Error::new(e);
-        if !force {
-            save(&home, &saved)?;
-            bail!(
-                "{e:#}\nthe state file {} was kept; fix the problem or use `berth rm --force {name}`",
-                path.display()
-            );
+    let removal = match named(&home).remove_locked(&lock, name, options).await {
+        Ok(removal) => removal,
+        Err(e) => {
+            use berth::sandbox::RemoveError as E;
+            let next = match &e {
+                E::OrphansRemain { .. } => format!(
+                    "these orphans are still there; `berth rm {name}` again once their engine answers, or `berth rm --force {name}` forgets them"
+                ),
+                E::Shutdown { .. } => format!(
+                    "the state file {} was kept; fix the problem or use `berth rm --force {name}`",
+                    path.display()
+                ),
+                E::DeleteSnapshot { .. } => format!(
+                    "`berth rm {name}` again deletes it, `berth rm --force {name}` forgets it"
+                ),
+                _ => String::new(),
+            };
+            let e = anyhow::Error::new(e);
+            bail!("{e:#}\n{next}");
         }
-        eprintln!("berth: {e:#} (removing anyway: --force)");
+    };
+    for removed in &removal.orphans_removed {
+        println!("removed orphan {removed}");
     }
-    if !keep_snapshot {
-        let snapshot = saved.state.snapshot.clone();
-        match sandbox.delete_snapshot().await {
-            Ok(report) => {
-                print_deleted(&snapshot, &report);
-                if !report.kept.is_empty() {
-                    leftovers::record(&home, &sandbox.state().snapshot)?;
-                }
-            }
-            Err(e) if force => {
-                eprintln!(
-                    "berth: deleting the snapshot failed: {:#} (removing anyway: --force; its objects stay in the store)",
-                    anyhow::Error::new(e)
-                )
-            }
-            Err(e) => {
-                save(&home, &saved)?;
-                bail!(
-                    "deleting the snapshot failed: {:#}\nthe sandbox is shut down but its snapshot {} is still stored; `berth rm {name}` again deletes it, `berth rm --force {name}` forgets it",
-                    anyhow::Error::new(e),
-                    snapshot.id
-                );
-            }
-        }
+    for forced in &removal.forced {
+        eprintln!("berth: {forced} (removing anyway: --force)");
     }
-    berth::sandbox::StateFile::new(&path).remove()?;
+    if let Some(report) = &removal.deleted {
+        print_deleted(&removal.snapshot, report);
+    }
     println!("removed {name}");
     Ok(ExitCode::SUCCESS)
 }
@@ -254,7 +221,11 @@ pub async fn gc_orphans(yes: bool) -> anyhow::Result<ExitCode> {
         .map(|g| g.index.clone())
         .collect();
     let client = client(&home);
-    for leftover in leftovers::all(&home) {
+    let (leftovers, unreadable) = named(&home).leftovers();
+    for p in unreadable {
+        eprintln!("berth: skipping unreadable leftover record {}", p.display());
+    }
+    for leftover in leftovers {
         match client.collect_leftovers(&leftover, &bases, dry_run).await {
             Ok((report, remaining)) => {
                 found += report.deleted.len();
@@ -273,9 +244,9 @@ pub async fn gc_orphans(yes: bool) -> anyhow::Result<ExitCode> {
                 }
                 if !dry_run {
                     if report.kept.is_empty() {
-                        leftovers::forget(&home, &leftover)?;
+                        named(&home).forget_leftover(&leftover)?;
                     } else {
-                        leftovers::record(&home, &remaining)?;
+                        named(&home).record_leftover(&remaining)?;
                     }
                 }
             }

@@ -13,7 +13,6 @@ use berth::WorkspaceSpec;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use http::StatusCode;
 
 use super::record;
 use crate::api;
@@ -273,55 +272,22 @@ fn spec_of(
 pub(crate) fn remove(inner: Arc<Inner>, call: Call) -> Answer {
     async move {
         let name = call.param(0).to_string();
-        let keep = call.flag("keep_snapshot");
-        let force = call.flag("force");
-        let named = inner.open.named();
-        let _lock = named.lock(&name).await?;
-        inner.open.forget(&name);
-        let mut r = named.load(&name)?;
-        if !r.state.orphans.is_empty() {
-            let cleanup = named.client().remove_orphans(&r.state).await;
-            r.state = cleanup.state;
-            named.save(&r)?;
-            if !cleanup.remaining.is_empty() && !force {
-                let why: Vec<String> = cleanup
-                    .remaining
-                    .iter()
-                    .map(|(what, e)| format!("{what}: {e}"))
-                    .collect();
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "orphans_remain",
-                    format!(
-                        "{}; remove again once their engine answers, or with force",
-                        why.join("; ")
-                    ),
-                ));
-            }
-        }
-        let mut sandbox = named.resume(&r, |_| {}).await?;
-        let closed = if keep && sandbox.state().workspace_root_ready {
-            sandbox.close().await
-        } else {
-            sandbox.shutdown().await
+        let options = berth::sandbox::RemoveOptions {
+            force: call.flag("force"),
+            keep_snapshot: call.flag("keep_snapshot"),
         };
-        r.state = sandbox.state();
-        if let Err(e) = closed {
-            if !force {
-                named.save(&r)?;
-                return Err(e.into());
-            }
-        }
-        if !keep {
-            if let Err(e) = sandbox.delete_snapshot().await {
-                if !force {
-                    named.save(&r)?;
-                    return Err(e.into());
+        let named = inner.open.named();
+        let lock = named.lock(&name).await?;
+        inner.open.forget(&name);
+        match named.remove_locked(&lock, &name, options).await {
+            Ok(removal) => {
+                for forced in &removal.forced {
+                    tracing::warn!("removing {name}: {forced} (removed anyway: force)");
                 }
+                Ok(json_reply(&api::Done { ok: true }))
             }
+            Err(e) => Err(e.into()),
         }
-        named.remove(&name)?;
-        Ok(json_reply(&api::Done { ok: true }))
     }
     .boxed()
 }
