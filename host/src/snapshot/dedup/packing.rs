@@ -34,6 +34,9 @@ pub(super) struct Inputs {
     pub(super) packs: Vec<String>,
 }
 
+/// The packer's thread: what it made of the tree, once the source ended.
+pub(super) type PackingTask = tokio::task::JoinHandle<Result<Packed, StoreError>>;
+
 /// Starts packing `source`: the finished packs arrive on the returned
 /// receiver as they are built (one may wait while the next is built); the
 /// handle gives what the packer made of the tree once the source ended.
@@ -41,13 +44,7 @@ pub(super) fn start(
     inputs: Inputs,
     source: TreeSource,
     spent: mpsc::Sender<Vec<u8>>,
-) -> Result<
-    (
-        tokio::task::JoinHandle<Result<Packed, StoreError>>,
-        mpsc::Receiver<FinishedPack>,
-    ),
-    StoreError,
-> {
+) -> Result<(PackingTask, mpsc::Receiver<FinishedPack>), StoreError> {
     let (pack_tx, pack_rx) = mpsc::channel::<FinishedPack>(1);
     let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<(ChunkId, Vec<u8>)>(8);
     let (spare_tx, spare_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
