@@ -57,6 +57,7 @@ mod byte_pipe;
 mod capped_writer;
 pub mod cleanup;
 pub mod conformance;
+mod error_text;
 pub mod plugin;
 mod plugin_error;
 mod random_id;

@@ -130,9 +130,10 @@ impl NamedSandboxes {
                     source,
                 });
             }
-            removal
-                .forced
-                .push(format!("shutting it down failed: {}", chain(&source)));
+            removal.forced.push(format!(
+                "shutting it down failed: {}",
+                crate::error_text::causes(&source)
+            ));
         }
         if !options.keep_snapshot {
             match sandbox.delete_snapshot().await {
@@ -144,7 +145,7 @@ impl NamedSandboxes {
                 }
                 Err(source) if options.force => removal.forced.push(format!(
                     "deleting the snapshot failed (its objects stay in the store): {}",
-                    chain(&source)
+                    crate::error_text::causes(&source)
                 )),
                 Err(source) => {
                     self.save(&record)?;
@@ -208,20 +209,4 @@ impl NamedSandboxes {
         unreadable.sort();
         (found, unreadable)
     }
-}
-
-/// `e` and its sources, joined by `: `, for a sentence in
-/// [`Removal::forced`].
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
 }

@@ -186,20 +186,7 @@ pub(crate) fn resolve(
     Ok(engine)
 }
 
-/// What went wrong under an error, as one line of its causes.
-pub(crate) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
-}
+pub(crate) use crate::error_text::causes;
 
 /// The advice that goes with a failure to reach `engine`.
 fn advice(engine: &Engine, why: &str) -> String {
