@@ -61,18 +61,7 @@ fn restart_dockerd(pid: u32) {
     let _ = Command::new("kill").arg(pid.to_string()).status();
     let t = Instant::now();
     // Gone, or a zombie waiting for a parent that is not us: stopped.
-    let running = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                !s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(false)
-    };
-    while running(pid) {
+    while berth_tests::process_running(pid) {
         assert!(
             t.elapsed() < Duration::from_secs(60),
             "dockerd did not stop"

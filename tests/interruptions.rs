@@ -181,20 +181,6 @@ fn an_interrupted_stop_keeps_the_previous_snapshot_and_leaves_no_archive() {
     berth_ok(home, &["rm", "box"]);
 }
 
-/// `docker inspect`'s paused flag of `container`.
-fn paused(container: &str) -> bool {
-    let out = Command::new("docker")
-        .args(["inspect", "-f", "{{.State.Paused}}", container])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim() == "true"
-}
-
 /// A Docker sandbox's stop (which pauses the container while it reads the
 /// workspace) interrupted while the container is paused, in-process and
 /// through the server: the container runs again, the previous snapshot
@@ -240,7 +226,7 @@ async fn an_interrupted_docker_stop_leaves_the_container_running() {
         wait_until(
             &format!("{how}: the container paused"),
             Duration::from_secs(60),
-            || paused(&container),
+            || berth_tests::container_paused(&container),
         );
         signal(&stop, libc::SIGINT);
         let (status, stderr) = finish(stop);
@@ -248,7 +234,7 @@ async fn an_interrupted_docker_stop_leaves_the_container_running() {
         wait_until(
             &format!("{how}: the container running again"),
             Duration::from_secs(20),
-            || !paused(&container),
+            || !berth_tests::container_paused(&container),
         );
         assert_eq!(
             berth_state(home, "box").snapshot.digest,

@@ -154,12 +154,7 @@ fn kill_node(pid: u32) {
     assert!(killed.is_ok_and(|s| s.success()), "kill -9 {pid} failed");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let dead = stat.is_empty()
-            || stat
-                .rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('Z'));
+        let dead = !berth_tests::process_running(pid);
         if dead {
             return;
         }

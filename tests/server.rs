@@ -828,11 +828,7 @@ async fn a_server_killed_mid_exec_mid_write_or_mid_stop_loses_nothing() {
     let container = berth_tests::container_id(&berth_tests::berth_state(h, "box"));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let paused = Command::new("docker")
-            .args(["inspect", "-f", "{{.State.Paused}}", &container])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&paused.stdout).trim() == "true" {
+        if berth_tests::container_paused(&container) {
             break;
         }
         assert!(

@@ -453,3 +453,29 @@ pub fn fs_store_manifest(dir: &Path, store: &Path) -> PathBuf {
 /// Docker tests of the same binary (`faults`), so none of them runs while
 /// the daemon is away.
 pub static DOCKERD: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Whether process `pid` runs: it exists and is not a zombie (a process
+/// whose parent does not reap it, as pid 1 in some containers does not,
+/// stays a zombie after it ended).
+pub fn process_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+/// `docker inspect`'s paused flag of `container` (the engine must answer).
+pub fn container_paused(container: &str) -> bool {
+    let out = std::process::Command::new("docker")
+        .args(["inspect", "-f", "{{.State.Paused}}", container])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docker inspect {container}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim() == "true"
+}
