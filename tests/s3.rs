@@ -57,7 +57,7 @@ async fn s3_store_conforms_on_garage() {
     let c = client(&host, dir.path(), &s3, &unique("conf")).await;
     let large = std::env::var("BERTH_S3_LARGE")
         .ok()
-        .and_then(|s| berth::plugin::manifest::parse_byte_size(&s).ok())
+        .and_then(|s| berth::units::parse_size(&s).ok())
         .unwrap_or(256 << 20);
     let opts = ConformanceOptions {
         large_size: large,

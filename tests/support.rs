@@ -6,8 +6,8 @@ pub mod workspace_gen;
 
 use std::path::{Path, PathBuf};
 
-use berth::plugin::manifest::parse_byte_size;
 use berth::plugin::{CompileCache, DirMode, PluginHost, PluginManifest, World};
+use berth::units::parse_size as parse_byte_size;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {

@@ -66,6 +66,7 @@ pub mod sandbox;
 pub mod snapshot;
 pub mod snapshot_id;
 pub mod store_error;
+pub mod units;
 pub mod workspace;
 
 pub use backend::{Backend, BackendError, BackendState, ExecRequest, ExecResult};

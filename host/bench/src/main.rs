@@ -55,7 +55,7 @@ pub struct BenchArgs {
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
-    berth::plugin::manifest::parse_byte_size(s)
+    berth::units::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

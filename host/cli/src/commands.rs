@@ -237,8 +237,38 @@ enum Command {
 
 impl Cli {
     /// Parses the command line (clap's errors and help, exit 2).
+    /// With `create`'s backend-setting flags (`--memory 2GiB`) expanded
+    /// into `-o` options, and every kind's settings in `create --help`;
+    /// both come from the kinds, not from this file.
     pub fn parse_with_hints() -> Self {
-        Self::parse()
+        use clap::{CommandFactory, FromArgMatches};
+        let docs = sandboxes::backend_settings_docs();
+        let mut command = Self::command();
+        let own: Vec<String> = command
+            .find_subcommand("create")
+            .map(|c| {
+                c.get_arguments()
+                    .filter_map(|a| a.get_long().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let args = match args
+            .iter()
+            .map(|a| a.to_str().map(String::from))
+            .collect::<Option<Vec<String>>>()
+        {
+            Some(text) => sandboxes::expand_setting_flags(text, &docs, &own)
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+            // Not text: nothing to expand that clap would accept anyway.
+            None => args,
+        };
+        let help = sandboxes::settings_help(&docs);
+        command = command.mut_subcommand("create", |c| c.after_long_help(help));
+        let matches = command.get_matches_from(args);
+        Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
 
     /// Whether this is `berth serve` (its log is a file: lines get times).

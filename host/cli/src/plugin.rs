@@ -7,7 +7,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use berth::conformance::{self, ConformanceOptions, OpenSnapshot};
 use berth::plugin::inspect::{detect_world, inspect_component};
-use berth::plugin::manifest::parse_byte_size;
 use berth::plugin::registry::ComponentShape;
 use berth::plugin::{
     ComponentSource, DirMode, OciReference, Plugin, PluginHost, PluginManifest, Registry,
@@ -89,12 +88,12 @@ pub enum PluginCommand {
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
-    parse_byte_size(s)
+    parse_size_arg(s)
 }
 
 /// Parses a size argument such as `512MiB`.
 pub fn parse_size_arg(s: &str) -> Result<u64, String> {
-    parse_byte_size(s)
+    berth::units::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {

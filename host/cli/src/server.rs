@@ -46,24 +46,10 @@ pub struct ServeArgs {
     max_file: Option<String>,
 }
 
-/// Parses `10m`, `30s`, `1h`, `500ms`, `0`.
+/// Parses `10m`, `30s`, `1h`, `500ms`; `0` is `None` (never).
 pub fn parse_duration(s: &str) -> anyhow::Result<Option<Duration>> {
-    let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map(|i| s.split_at(i))
-        .unwrap_or((s, "s"));
-    let n: f64 = num
-        .parse()
-        .with_context(|| format!("{s:?} is not a duration (10m, 30s, 1h, 0)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => bail!("{s:?} is not a duration (10m, 30s, 1h, 0)"),
-    };
-    Ok((secs > 0.0).then(|| Duration::from_secs_f64(secs)))
+    let d = berth::units::parse_duration(s)?;
+    Ok((!d.is_zero()).then_some(d))
 }
 
 /// [`parse_duration`] for clap: a positive duration.
@@ -88,8 +74,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let mut limits = berth_server::Limits::default();
     let size = |flag: &str, s: &str| {
-        berth::plugin::manifest::parse_byte_size(s)
-            .map_err(|e| anyhow::anyhow!("{flag} {s:?}: {e}"))
+        berth::units::parse_size(s).map_err(|e| anyhow::anyhow!("{flag} {s:?}: {e}"))
     };
     if let Some(s) = &args.max_archive {
         limits.archive = size("--max-archive", s)?;

@@ -94,6 +94,39 @@ impl super::BackendOptions for LocalOptions {
     }
 }
 
+/// The local backend's settings from a front end (`berth create
+/// --backend local -o root_dir=DIR`, the API's `{"type": "local"}`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSettings {
+    /// The host directory for the workspace; a relative one is taken
+    /// from the current directory.
+    #[serde(default)]
+    pub root_dir: Option<PathBuf>,
+}
+
+/// What [`LocalSettings`] takes.
+pub const SETTINGS: &[super::SettingDoc] = &[super::SettingDoc::optional(
+    "root_dir",
+    "PATH",
+    "the host directory for the workspace (default: <home>/workspaces/<session id>)",
+)];
+
+impl LocalSettings {
+    /// The options these settings make.
+    pub fn into_options(self) -> Result<LocalOptions, BackendError> {
+        let mut options = LocalOptions::default();
+        if let Some(dir) = self.root_dir {
+            let dir = std::path::absolute(&dir).map_err(|e| BackendError::Config {
+                backend: BACKEND,
+                message: format!("root_dir {}: {e}", dir.display()),
+            })?;
+            options = options.root_dir(dir);
+        }
+        Ok(options)
+    }
+}
+
 /// The local backend's [`BackendProvider`](super::BackendProvider).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LocalProvider;
@@ -113,11 +146,25 @@ impl super::BackendProvider for LocalProvider {
     }
 
     fn summary(&self, state: &super::BackendState) -> super::BackendSummary {
-        let dir = state
-            .decode::<LocalState>()
-            .ok()
-            .map(|s| s.root_dir.display().to_string());
-        super::BackendSummary::new(dir, Some("this host".into()))
+        let dir = state.decode::<LocalState>().ok().map(|s| s.root_dir);
+        let mut summary = super::BackendSummary::new(
+            dir.as_ref().map(|d| d.display().to_string()),
+            Some("this host".into()),
+        );
+        summary.workspace_dir = dir;
+        summary
+    }
+
+    fn settings_doc(&self) -> Vec<super::SettingDoc> {
+        SETTINGS.to_vec()
+    }
+
+    fn options_from(
+        &self,
+        settings: &super::BackendSettings,
+    ) -> Result<super::BackendSpec, BackendError> {
+        let settings: LocalSettings = settings.decode(SETTINGS)?;
+        Ok(super::BackendSpec::new(settings.into_options()?))
     }
 
     fn options_like(
@@ -388,4 +435,16 @@ fn finish_staging(
         return Ok(());
     }
     std::fs::remove_dir_all(staging)
+}
+
+#[cfg(test)]
+mod settings_tests {
+    #[test]
+    fn the_documented_settings_are_the_fields() {
+        let keys: Vec<_> = super::SETTINGS.iter().map(|d| d.key).collect();
+        assert_eq!(
+            keys,
+            super::super::settings::struct_fields::<super::LocalSettings>()
+        );
+    }
 }

@@ -9,6 +9,7 @@ pub(crate) mod helper_binary;
 mod host_process;
 pub mod local;
 mod provider;
+pub mod settings;
 
 use std::path::PathBuf;
 
@@ -20,6 +21,7 @@ pub use exec::{
 };
 pub(crate) use provider::Registry;
 pub use provider::{BackendOptions, BackendProvider, BackendSpec, BackendSummary, CreateContext};
+pub use settings::{BackendSettings, SettingDoc, SettingsError};
 
 use crate::workspace::entries::BindMounts;
 
@@ -154,6 +156,10 @@ pub enum BackendError {
         /// The engine's or registry's answer, and what to do.
         message: String,
     },
+    /// Settings a front end passed that the kind does not take or cannot
+    /// use.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
     /// Options or run arguments that cannot be honoured.
     #[error("{backend}: {message}")]
     Config {

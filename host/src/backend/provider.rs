@@ -17,6 +17,7 @@
 
 use std::path::Path;
 
+use super::settings::{BackendSettings, SettingDoc};
 use super::{Backend, BackendError, BackendState};
 use crate::workspace::spec::BindMount;
 use crate::workspace::WorkspaceSpec;
@@ -71,6 +72,9 @@ pub struct BackendSummary {
     pub location: Option<String>,
     /// The node it runs on, for backends that place sandboxes on nodes.
     pub node: Option<String>,
+    /// The host directory that holds the workspace, for backends that
+    /// keep it in one (the local backend).
+    pub workspace_dir: Option<std::path::PathBuf>,
 }
 
 impl BackendSummary {
@@ -80,6 +84,7 @@ impl BackendSummary {
             instance,
             location,
             node: None,
+            workspace_dir: None,
         }
     }
 }
@@ -103,6 +108,27 @@ pub trait BackendProvider: Send + Sync {
     fn summary(&self, state: &BackendState) -> BackendSummary {
         let _ = state;
         BackendSummary::default()
+    }
+
+    /// The settings a front end may give this kind (see
+    /// [`BackendSettings`]): help, `GET /v1/backends`. By default, none.
+    fn settings_doc(&self) -> Vec<SettingDoc> {
+        Vec::new()
+    }
+
+    /// Options for a new sandbox from a front end's settings (the CLI's
+    /// `-o KEY=VALUE`, the API's JSON), decoded with
+    /// [`BackendSettings::decode`] against [`Self::settings_doc`]. By
+    /// default, the kind takes none: it is made by an embedder's code.
+    fn options_from(&self, settings: &BackendSettings) -> Result<BackendSpec, BackendError> {
+        let _ = settings;
+        Err(BackendError::Config {
+            backend: "backend provider",
+            message: format!(
+                "the {} backend is not made from settings; the program embedding Berth creates it",
+                self.kind()
+            ),
+        })
     }
 
     /// Options for a new sandbox set up like the one whose state is
@@ -228,6 +254,11 @@ impl Registry {
     /// Adds `provider`, replacing one of the same kind.
     pub(crate) fn register(&mut self, provider: std::sync::Arc<dyn BackendProvider>) {
         self.providers.insert(provider.kind().to_string(), provider);
+    }
+
+    /// The providers, by kind.
+    pub(crate) fn providers(&self) -> impl Iterator<Item = &std::sync::Arc<dyn BackendProvider>> {
+        self.providers.values()
     }
 
     /// The kinds known, sorted.

@@ -311,32 +311,9 @@ impl ByteSize {
     fn bytes(&self) -> Result<u64, String> {
         match self {
             ByteSize::Bytes(n) => Ok(*n),
-            ByteSize::Text(s) => parse_byte_size(s),
+            ByteSize::Text(s) => crate::units::parse_size(s).map_err(|e| e.to_string()),
         }
     }
-}
-
-/// Parses sizes like `268435456`, `256MiB`, `1GiB`, `512KiB`, `64M`.
-pub fn parse_byte_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (examples: 268435456, 256MiB, 1GiB)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        other => {
-            return Err(format!(
-                "{s:?}: unknown unit {other:?} (use KiB, MiB or GiB)"
-            ))
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 /// Expands `${NAME}` from the environment; `$$` is a literal `$`.
@@ -604,13 +581,5 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.starts_with("component:"), "{e}");
-    }
-
-    #[test]
-    fn byte_sizes() {
-        assert_eq!(parse_byte_size("256MiB").unwrap(), 256 << 20);
-        assert_eq!(parse_byte_size("1 GiB").unwrap(), 1 << 30);
-        assert_eq!(parse_byte_size("4096").unwrap(), 4096);
-        assert!(parse_byte_size("12 parsecs").is_err());
     }
 }

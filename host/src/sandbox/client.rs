@@ -9,7 +9,8 @@ use super::{
     SnapshotState, StateFile, StateSink,
 };
 use crate::backend::{
-    Backend, BackendProvider, BackendSpec, BackendState, BackendSummary, CreateContext, Registry,
+    Backend, BackendError, BackendProvider, BackendSettings, BackendSpec, BackendState,
+    BackendSummary, CreateContext, Registry, SettingDoc, SettingsError,
 };
 use crate::plugin::PluginHost;
 use crate::snapshot::{DeleteReport, GcReport, Generations, PackCache, SandboxSnapshot};
@@ -96,8 +97,14 @@ impl SandboxClientBuilder {
     /// it, replacing the provider the client had for that kind. By
     /// default, the client knows the local backend and, with the `docker`
     /// feature, Docker ([`crate::backend::docker::DockerProvider`]).
-    pub fn backend_provider(mut self, provider: impl BackendProvider + 'static) -> Self {
-        self.backends.register(Arc::new(provider));
+    pub fn backend_provider(self, provider: impl BackendProvider + 'static) -> Self {
+        self.backend_provider_shared(Arc::new(provider))
+    }
+
+    /// The same, for a provider already shared (a front end registering
+    /// an embedder's kinds on every client it builds).
+    pub fn backend_provider_shared(mut self, provider: Arc<dyn BackendProvider>) -> Self {
+        self.backends.register(provider);
         self
     }
 
@@ -215,6 +222,44 @@ impl SandboxClient {
     /// is `state` (as a fork is): same kind and settings, its own instance.
     pub fn backend_like(&self, state: &BackendState) -> Result<BackendSpec, SandboxError> {
         Ok(self.provider(&state.kind)?.options_like(state)?)
+    }
+
+    /// Each kind this client knows, with the settings a front end may
+    /// give it ([`BackendProvider::settings_doc`]), sorted by kind.
+    pub fn backend_settings_docs(&self) -> Vec<(String, Vec<SettingDoc>)> {
+        self.backends
+            .providers()
+            .map(|p| (p.kind().to_string(), p.settings_doc()))
+            .collect()
+    }
+
+    /// Options for a new sandbox from a front end's settings: the kind's
+    /// provider decodes them. A key the kind lacks is refused naming the
+    /// kinds that have it.
+    pub fn backend_from_settings(
+        &self,
+        settings: &BackendSettings,
+    ) -> Result<BackendSpec, SandboxError> {
+        match self.provider(settings.kind())?.options_from(settings) {
+            Err(BackendError::Settings(SettingsError::UnknownKey {
+                kind, key, known, ..
+            })) => {
+                let elsewhere = self
+                    .backend_settings_docs()
+                    .into_iter()
+                    .filter(|(_, docs)| docs.iter().any(|d| d.key == key))
+                    .map(|(kind, _)| kind)
+                    .collect();
+                Err(BackendError::Settings(SettingsError::UnknownKey {
+                    kind,
+                    key,
+                    known,
+                    elsewhere,
+                })
+                .into())
+            }
+            other => Ok(other?),
+        }
     }
 
     /// The home directory.

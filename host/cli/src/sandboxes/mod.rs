@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::bail;
 use berth::backend::docker::swarm::{PlacementProgress, SwarmProvider};
 use berth::backend::docker::{DockerProvider, PullProgress};
-use berth::sandbox::{
-    NamedSandboxes, Progress, Sandbox, SandboxClient, SandboxOptions, SnapshotSpec, StateLock,
-};
+use berth::sandbox::{NamedSandboxes, Progress, Sandbox, SandboxClient, SandboxOptions, StateLock};
 
 use crate::table;
 
@@ -19,6 +17,7 @@ mod history;
 mod listing;
 mod remove;
 mod run;
+mod setting_flags;
 mod through_server;
 
 pub use commands::{exec, kill, logs, port, ps, shell, wait, ExecArgs, LogsArgs};
@@ -80,13 +79,23 @@ fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxO
     options
 }
 
+/// Every kind's settings, for `create`'s flags and help.
+pub fn backend_settings_docs() -> setting_flags::KindDocs {
+    client(Path::new("/")).backend_settings_docs()
+}
+
+pub(crate) use setting_flags::{expand as expand_setting_flags, help as settings_help};
+
 /// The client every command uses: sandboxes under `home`, image pulls
 /// drawn on stderr.
 fn client(home: &Path) -> SandboxClient {
-    SandboxClient::builder(home)
+    let mut builder = SandboxClient::builder(home)
         .backend_provider(DockerProvider::default().pull_progress(pull_progress()))
-        .backend_provider(SwarmProvider::default().placement_progress(placement_progress()))
-        .build()
+        .backend_provider(SwarmProvider::default().placement_progress(placement_progress()));
+    for provider in crate::extra_providers() {
+        builder = builder.backend_provider_shared(provider.clone());
+    }
+    builder.build()
 }
 
 /// How a swarm placement goes, on stderr: a spinner with the task's state
@@ -208,11 +217,6 @@ async fn resume(home: &Path, saved: &Saved) -> anyhow::Result<Sandbox> {
     Ok(named(home)
         .resume(saved, |o| o.progress = progress_bar())
         .await?)
-}
-
-/// Parses `noop`, `local`, `local:DIR`, `plugin:MANIFEST`, `remote:MANIFEST`.
-fn parse_snapshot(s: &str, home: &Path) -> anyhow::Result<SnapshotSpec> {
-    Ok(SnapshotSpec::parse_choice(s, home)?)
 }
 
 /// `1015 bytes`, `3.2 MiB`.

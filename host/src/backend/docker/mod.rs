@@ -24,11 +24,13 @@ mod moving;
 mod options;
 mod pull;
 pub mod run_args;
+mod settings;
 pub mod swarm;
 mod walk;
 
 pub use options::{DockerMount, DockerOptions, DockerProvider, DockerState, EngineChoice};
 pub use pull::{PullPolicy, PullProgress, PullProgressFn, PullStatus};
+pub use settings::{DockerSettings, SETTINGS};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -397,6 +397,19 @@ impl BackendProvider for DockerProvider {
         ))
     }
 
+    fn settings_doc(&self) -> Vec<crate::backend::SettingDoc> {
+        super::SETTINGS.to_vec()
+    }
+
+    fn options_from(
+        &self,
+        settings: &crate::backend::BackendSettings,
+    ) -> Result<BackendSpec, BackendError> {
+        let mut options = super::DockerSettings::decode(settings)?.into_options(settings)?;
+        options.pull_progress = self.pull_progress.clone();
+        Ok(BackendSpec::new(options))
+    }
+
     fn summary(&self, state: &BackendState) -> BackendSummary {
         match state.decode::<DockerState>() {
             Ok(s) => BackendSummary::new(

@@ -212,7 +212,7 @@ impl RegistryOptions {
         }
         if let Some(max) = std::env::var("BERTH_PLUGIN_MAX_BYTES")
             .ok()
-            .and_then(|s| crate::plugin::manifest::parse_byte_size(&s).ok())
+            .and_then(|s| crate::units::parse_size(&s).ok())
         {
             o.max_component_bytes = max;
         }

@@ -61,12 +61,14 @@
 mod isolation;
 mod manager;
 mod options;
+mod settings;
 
 pub use manager::ENGINE_LABEL;
 pub use options::{
     PlacementProgress, PlacementStatus, SwarmOptions, SwarmProvider, SwarmState, TaskRecord,
     DEFAULT_PLACEMENT_TIMEOUT,
 };
+pub use settings::{SwarmSettings, SETTINGS};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -337,6 +337,19 @@ impl BackendProvider for SwarmProvider {
         }
     }
 
+    fn settings_doc(&self) -> Vec<crate::backend::SettingDoc> {
+        super::SETTINGS.to_vec()
+    }
+
+    fn options_from(
+        &self,
+        settings: &crate::backend::BackendSettings,
+    ) -> Result<BackendSpec, BackendError> {
+        let mut options = super::SwarmSettings::decode(settings)?.into_options(settings)?;
+        options.progress = self.progress.clone();
+        Ok(BackendSpec::new(options))
+    }
+
     fn options_like(&self, state: &BackendState) -> Result<BackendSpec, BackendError> {
         let mut options = SwarmOptions::like(&state.decode()?);
         options.progress = self.progress.clone();
