@@ -364,6 +364,11 @@ class Berth:
         """The server's OpenAPI document."""
         return self._json("GET", f"{API}/openapi.json")
 
+    def backends(self) -> list:
+        """The backend kinds the server can create, each ``{"kind": ...,
+        "settings": [{"key", "value", "required", "help"}, ...]}``."""
+        return self._json("GET", f"{API}/backends")
+
     def sandboxes(self) -> list:
         """Every sandbox: ``name``, ``backend``, ``snapshot``, ``ready``, …"""
         return self._json("GET", f"{API}/sandboxes")
@@ -376,21 +381,25 @@ class Berth:
         self,
         name: str,
         *,
-        backend: Optional[str] = None,
+        backend: Union[str, dict, None] = None,
         image: Optional[str] = None,
         workspace: Optional[dict] = None,
         snapshot: Optional[str] = None,
         start: bool = True,
         **options: Any,
     ) -> "Sandbox":
-        """Creates (and by default starts) a sandbox. ``options`` are the
-        other fields of ``POST /v1/sandboxes`` (``engine``, ``pull``, ``network``,
-        ``expose``, ``memory``, ``cpus``, ``agent``, ``compress``,
-        ``dedup_keep``; for ``backend="swarm"``, ``engine`` names a manager
-        and ``constraints``, ``reserve_memory``, ``reserve_cpus``,
-        ``pids_limit``, ``placement_timeout_secs`` place it). A create
-        whose start fails raises, and leaves no sandbox of that name: the
-        same call can be made again."""
+        """Creates (and by default starts) a sandbox.
+
+        ``backend`` is a kind's name (``"local"``, ``"docker"``, ``"swarm"``,
+        or one the server's program registered) or a dict with the kind
+        under ``"type"`` and its settings beside it:
+        ``{"type": "docker", "image": "alpine", "memory": "2GiB"}``.
+        ``backends()`` lists every kind's settings. ``options`` are further
+        fields of ``POST /v1/sandboxes`` (``compress``, ``dedup_keep``) or
+        the kind's settings given flat (``image=..., memory=...``). A key
+        the kind does not take raises ``BerthError`` (400) naming the keys
+        it does. A create whose start fails raises, and leaves no sandbox
+        of that name: the same call can be made again."""
         body = {"name": name, "start": start, **options}
         for key, value in (
             ("backend", backend),

@@ -67,61 +67,19 @@ pub struct SandboxSummary {
     pub location: Option<String>,
 }
 
-/// `POST /v1/sandboxes`: what to create. Fields mirror `berth create`'s
-/// flags.
+/// `POST /v1/sandboxes`: what to create. The backend's settings are the
+/// kind's own (`GET /v1/backends` lists them): in `backend` as an object
+/// (`{"type": "docker", "image": "alpine"}`), or beside the other fields
+/// (`"backend": "docker", "image": "alpine"`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     /// Its name (the snapshot id grammar: letters, digits, `-`, `_`, `.`).
     pub name: String,
-    /// The backend kind: `local`, `docker`, or `swarm` (placed by a Docker
-    /// swarm; `engine` names a manager; the snapshot must be a shared
-    /// store). By default, `local`.
+    /// The backend: a kind's name (`local`, `docker`, `swarm`, or one the
+    /// server's program registered), or an object with the kind under
+    /// `type` and its settings beside it. By default, `local`.
     #[serde(default)]
-    pub backend: Option<String>,
-    /// Docker: the image.
-    #[serde(default)]
-    pub image: Option<String>,
-    /// Docker: the engine (an endpoint or a context); swarm: a manager's.
-    /// By default, the environment's (docker only).
-    #[serde(default)]
-    pub engine: Option<String>,
-    /// Docker: the network. By default, `none`.
-    #[serde(default)]
-    pub network: Option<String>,
-    /// Docker: ports to publish (`8080`, `8080/tcp`).
-    #[serde(default)]
-    pub expose: Vec<String>,
-    /// Docker: memory limit in bytes.
-    #[serde(default)]
-    pub memory: Option<u64>,
-    /// Docker: CPUs.
-    #[serde(default)]
-    pub cpus: Option<f64>,
-    /// Swarm: placement constraints (`node.labels.pool==gpu`). By
-    /// default, any node.
-    #[serde(default)]
-    pub constraints: Vec<String>,
-    /// Swarm: memory reserved on the node, in bytes. By default, none.
-    #[serde(default)]
-    pub reserve_memory: Option<u64>,
-    /// Swarm: CPUs reserved on the node. By default, none.
-    #[serde(default)]
-    pub reserve_cpus: Option<f64>,
-    /// Swarm: the pids limit. By default, 1024.
-    #[serde(default)]
-    pub pids_limit: Option<i64>,
-    /// Swarm: seconds a start waits for the swarm to run the sandbox. By
-    /// default, 60.
-    #[serde(default)]
-    pub placement_timeout_secs: Option<u64>,
-    /// Docker: when to pull the image: `missing`, `always` or `never`. By
-    /// default, `missing` (as `docker run`).
-    #[serde(default)]
-    pub pull: Option<String>,
-    /// Docker: copy the in-container agent in. By default, yes.
-    #[serde(default)]
-    pub agent: Option<bool>,
+    pub backend: Option<BackendChoice>,
     /// The workspace manifest (the `berth create --workspace` file's
     /// JSON). By default, an empty workspace.
     #[serde(default)]
@@ -141,6 +99,49 @@ pub struct CreateSandbox {
     /// Start it after creating. By default, yes.
     #[serde(default)]
     pub start: Option<bool>,
+    /// The backend kind's settings, given beside the fields above
+    /// (`image`, `memory`, ...; see `GET /v1/backends`). A key the kind
+    /// does not take is refused.
+    #[serde(flatten)]
+    pub settings: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A backend: a kind's name, or its settings with the kind under `type`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum BackendChoice {
+    /// A kind's name; its settings, if any, beside the request's fields.
+    Kind(String),
+    /// `{"type": KIND, KEY: VALUE, ...}`.
+    Settings(serde_json::Map<String, serde_json::Value>),
+}
+
+/// `GET /v1/backends`: a backend kind the server can create, and what it
+/// takes.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BackendKind {
+    /// The kind (`type`).
+    pub kind: String,
+    /// The settings a create may give it.
+    pub settings: Vec<BackendSetting>,
+}
+
+/// One setting of a backend kind.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BackendSetting {
+    /// The key.
+    pub key: String,
+    /// What its value looks like (`SIZE`, `PATH`, `BOOL`,
+    /// `missing|always|never`); sizes and durations may be numbers (bytes,
+    /// seconds) or text (`2GiB`, `30s`).
+    pub value: String,
+    /// Whether a create must give it.
+    pub required: bool,
+    /// What it does, with its default.
+    pub help: String,
+    /// Other names it is accepted under.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
 }
 
 /// A named sandbox's record: what `berth inspect` prints under `state`.

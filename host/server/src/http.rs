@@ -92,6 +92,9 @@ impl From<berth::SandboxError> for ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "placement")
             }
             E::Backend(berth::BackendError::Stale { .. }) => (StatusCode::CONFLICT, "stale"),
+            E::Backend(berth::BackendError::Settings(_) | berth::BackendError::Config { .. }) => {
+                (StatusCode::BAD_REQUEST, "bad_request")
+            }
             E::Backend(_) => (StatusCode::BAD_GATEWAY, "backend"),
             E::Spec(_) | E::UnknownBackend { .. } | E::NoGenerations { .. } => {
                 (StatusCode::BAD_REQUEST, "bad_request")
@@ -132,6 +135,39 @@ impl From<berth::sandbox::NamedSandboxError> for ApiError {
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid_name", chain(&e))
             }
             E::Exists { .. } => ApiError::new(StatusCode::CONFLICT, "exists", chain(&e)),
+            other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", chain(&other)),
+        }
+    }
+}
+
+impl From<berth::sandbox::CreateError> for ApiError {
+    fn from(e: berth::sandbox::CreateError) -> Self {
+        use berth::sandbox::CreateError as E;
+        match e {
+            E::Named(e) => e.into(),
+            E::Sandbox(e) => e.into(),
+            E::Snapshot(_) | E::DedupNeedsRemote { .. } => ApiError::bad_request(chain(&e)),
+            E::NotStarted { name, source } => {
+                let mut api = ApiError::from(source);
+                api.message = format!(
+                    "{name} was not created: it did not start ({}), and what it had made was removed",
+                    api.message
+                );
+                api
+            }
+            E::NotStartedKept {
+                name,
+                source,
+                cleanup,
+            } => {
+                let mut api = ApiError::from(source);
+                api.message = format!(
+                    "{name} did not start ({}), and removing what it had made failed too ({}); it is kept: remove it (DELETE /v1/sandboxes/{name})",
+                    api.message,
+                    chain(&cleanup)
+                );
+                api
+            }
             other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", chain(&other)),
         }
     }

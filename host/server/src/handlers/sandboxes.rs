@@ -3,12 +3,8 @@
 
 use std::sync::Arc;
 
-use berth::backend::docker::swarm::SwarmOptions;
-use berth::backend::docker::DockerOptions;
-use berth::backend::local::LocalOptions;
-use berth::sandbox::{
-    BackendSpec, NamedSandbox, Sandbox, SandboxSpec, SnapshotSpec, StartBranch, StateLock,
-};
+use berth::backend::BackendSettings;
+use berth::sandbox::{CreateRequest, NamedSandbox, Sandbox, StartBranch, StateLock};
 use berth::WorkspaceSpec;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -81,192 +77,70 @@ pub(crate) fn create(inner: Arc<Inner>, call: Call) -> Answer {
     async move {
         let body: api::CreateSandbox = read_json(call.body, inner.limits.json_body).await?;
         let named = inner.open.named();
-        let name = body.name.clone();
-        let _lock = named.lock(&name).await?;
-        if named.read_text(&name)?.is_some() {
-            return Err(berth::sandbox::NamedSandboxError::Exists { name }.into());
-        }
-        let spec = spec_of(
-            &body,
-            named.home(),
-            named.options(&name, body.compress, true),
-        )?;
-        let mut sandbox = named.client().create(spec).await.map_err(ApiError::from)?;
-        let started = if body.start.unwrap_or(true) {
-            sandbox.start().await.map(|_| ())
-        } else {
-            Ok(())
-        };
-        let mut r = NamedSandbox {
-            checkpoint_each_exec: false,
-            name: name.clone(),
-            compression: body.compress,
-            freeze: true,
-            state: sandbox.state(),
-        };
-        if let Err(e) = started {
-            // Not registered: what the start made is removed, so the same
-            // request can be sent again; kept only if that removal fails.
-            let kept = named.settle_failed_create(&mut r, &mut sandbox, &e).await;
-            let mut error = ApiError::from(e);
-            error.message = match kept {
-                Ok(()) => format!(
-                    "{name} was not created: it did not start ({}), and what it had made was removed",
-                    error.message
-                ),
-                Err(cleanup) => format!(
-                    "{name} did not start ({}), and removing what it had made failed too ({}); it is kept: remove it (DELETE /v1/sandboxes/{name})",
-                    error.message,
-                    crate::http::chain(&cleanup)
-                ),
-            };
-            return Err(error);
-        }
-        named.save(&r)?;
-        Ok(json_reply(&record(&r)))
+        let request = request_of(body, named.home())?;
+        let (record_saved, _sandbox) = named.create(request, |_| {}).await?;
+        Ok(json_reply(&record(&record_saved)))
     }
     .boxed()
 }
 
-fn spec_of(
-    body: &api::CreateSandbox,
-    home: &std::path::Path,
-    options: berth::sandbox::SandboxOptions,
-) -> Result<SandboxSpec, ApiError> {
-    let workspace = match &body.workspace {
-        Some(v) => {
-            let mut w: WorkspaceSpec = serde_json::from_value(v.clone()).map_err(|e| {
-                ApiError::bad_request(format!(
-                    "`workspace` is not a valid workspace manifest: {e}"
-                ))
-            })?;
-            w.resolve_host_paths(home);
-            w
-        }
-        None => WorkspaceSpec::default(),
-    };
-    let mut snapshot =
-        SnapshotSpec::parse_choice(body.snapshot.as_deref().unwrap_or("local"), home)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if let Some(keep) = body.dedup_keep {
-        if !matches!(snapshot, SnapshotSpec::Remote { .. }) {
-            return Err(ApiError::bad_request(format!(
-                "`dedup_keep` needs a remote store (`snapshot`: remote:MANIFEST), not {:?}",
-                body.snapshot.as_deref().unwrap_or("local")
-            )));
-        }
-        snapshot = snapshot.deduplicated(keep.max(1));
+/// `GET /v1/backends`: the kinds this server creates, with their settings.
+pub(crate) fn backends(inner: Arc<Inner>, _: Call) -> Answer {
+    async move {
+        let kinds: Vec<api::BackendKind> = inner
+            .open
+            .named()
+            .client()
+            .backend_settings_docs()
+            .into_iter()
+            .map(|(kind, docs)| api::BackendKind {
+                kind,
+                settings: docs
+                    .into_iter()
+                    .map(|d| api::BackendSetting {
+                        key: d.key.into(),
+                        value: d.value.into(),
+                        required: d.required,
+                        help: d.help.into(),
+                        aliases: d.aliases.iter().map(|a| a.to_string()).collect(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(json_reply(&kinds))
     }
-    let kind = body
-        .backend
-        .as_deref()
-        .unwrap_or(berth::backend::local::KIND);
-    let docker_only = body.image.is_some()
-        || body.pull.is_some()
-        || body.engine.is_some()
-        || body.network.is_some()
-        || !body.expose.is_empty()
-        || body.memory.is_some()
-        || body.cpus.is_some()
-        || !body.constraints.is_empty()
-        || body.reserve_memory.is_some()
-        || body.reserve_cpus.is_some()
-        || body.pids_limit.is_some()
-        || body.placement_timeout_secs.is_some();
-    let backend = match kind {
-        berth::backend::docker::KIND => {
-            let image = body
-                .image
-                .clone()
-                .ok_or_else(|| ApiError::bad_request("backend docker needs `image`"))?;
-            if !body.expose.is_empty() && body.network.as_deref().unwrap_or("none") == "none" {
-                return Err(ApiError::bad_request(format!(
-                    "`expose` {} needs a network the engine can publish on, and the sandbox has none (the default, network none): make one (`docker network create NET`) and pass `network`",
-                    body.expose.join(",")
-                )));
-            }
-            let mut o = DockerOptions::new(image).agent(body.agent.unwrap_or(true));
-            if let Some(p) = &body.pull {
-                o = o.pull(p.parse().map_err(|e: String| {
-                    ApiError::bad_request(format!("`pull`: {e}"))
-                })?);
-            }
-            if let Some(e) = &body.engine {
-                o = o.engine(e.clone());
-            }
-            if let Some(m) = body.memory {
-                o = o.memory(m as i64);
-            }
-            if let Some(c) = body.cpus {
-                o = o.cpus(c);
-            }
-            if let Some(n) = &body.network {
-                o = o.network(n.clone());
-            }
-            for p in &body.expose {
-                o = o.expose(p.clone());
-            }
-            BackendSpec::new(o)
-        }
-        berth::backend::docker::swarm::KIND => {
-            let image = body
-                .image
-                .clone()
-                .ok_or_else(|| ApiError::bad_request("backend swarm needs `image`"))?;
-            let manager = body.engine.clone().ok_or_else(|| {
-                ApiError::bad_request(
-                    "backend swarm needs `engine`: a swarm manager's endpoint or Docker context",
-                )
-            })?;
-            if !body.expose.is_empty() {
-                return Err(ApiError::bad_request(
-                    "`expose` is a docker-backend option; a swarm sandbox publishes no port",
-                ));
-            }
-            let mut o = SwarmOptions::new(manager, image).agent(body.agent.unwrap_or(true));
-            if let Some(m) = body.memory {
-                o = o.memory(m as i64);
-            }
-            if let Some(c) = body.cpus {
-                o = o.cpus(c);
-            }
-            if let Some(p) = body.pids_limit {
-                o = o.pids_limit(p);
-            }
-            if let Some(m) = body.reserve_memory {
-                o = o.reserve_memory(m as i64);
-            }
-            if let Some(c) = body.reserve_cpus {
-                o = o.reserve_cpus(c);
-            }
-            for c in &body.constraints {
-                o = o.constraint(c.clone());
-            }
-            if let Some(n) = body.network.as_deref().filter(|n| *n != "none") {
-                o = o.network(n);
-            }
-            if let Some(t) = body.placement_timeout_secs {
-                o = o.placement_timeout(std::time::Duration::from_secs(t));
-            }
-            BackendSpec::new(o)
-        }
-        berth::backend::local::KIND if !docker_only => BackendSpec::new(LocalOptions::default()),
-        berth::backend::local::KIND => {
-            return Err(ApiError::bad_request(
-                "`image`, `engine`, `network`, `expose`, `memory` and `cpus` need backend docker (or swarm); \
-                 `constraints`, `reserve_memory`, `reserve_cpus`, `pids_limit` and `placement_timeout_secs` need backend swarm",
-            ))
-        }
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "backend {other:?} is not one this server knows (local, docker, swarm)"
-            )))
-        }
+    .boxed()
+}
+
+/// The library's create request for `body`: the backend's settings from
+/// `backend` and the fields beside it, the workspace's host paths
+/// resolved from `home`.
+fn request_of(body: api::CreateSandbox, home: &std::path::Path) -> Result<CreateRequest, ApiError> {
+    let backend = match body.backend {
+        None => serde_json::Value::Null,
+        Some(api::BackendChoice::Kind(kind)) => serde_json::Value::String(kind),
+        Some(api::BackendChoice::Settings(settings)) => serde_json::Value::Object(settings),
     };
-    Ok(SandboxSpec::new(workspace)
-        .snapshot(snapshot)
-        .backend(backend)
-        .options(options))
+    let mut settings = BackendSettings::from_json(backend, berth::backend::local::KIND)
+        .map_err(|e| ApiError::bad_request(format!("`backend`: {e}")))?;
+    for (key, value) in body.settings {
+        settings.add(key, value);
+    }
+    let mut request = CreateRequest::new(body.name, settings);
+    if let Some(v) = body.workspace {
+        let mut w: WorkspaceSpec = serde_json::from_value(v).map_err(|e| {
+            ApiError::bad_request(format!("`workspace` is not a valid workspace manifest: {e}"))
+        })?;
+        w.resolve_host_paths(home);
+        request.workspace = w;
+    }
+    if let Some(snapshot) = body.snapshot {
+        request.snapshot = snapshot;
+    }
+    request.compression = body.compress;
+    request.dedup_keep = body.dedup_keep;
+    request.start = body.start.unwrap_or(true);
+    Ok(request)
 }
 
 pub(crate) fn remove(inner: Arc<Inner>, call: Call) -> Answer {
