@@ -1,270 +1,19 @@
-//! A `Backend` written outside the crate, as an embedder would: a workspace
-//! in a host directory with its own state type, its options and its
-//! registered provider, driven by the same lifecycle (start, exec, stop,
+//! A `Backend` written outside the crate, as an embedder would (see
+//! `test_dir_backend.rs`), driven by the same lifecycle (start, exec, stop,
 //! shutdown, resume from JSON, listed, forked-like), snapshots and lineage
-//! guard included; and without registration, `resume_with_backend`.
+//! guard included; without registration, `resume_with_backend`; and,
+//! registered with the `berth` command, through the CLI, the API and the
+//! Python client.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use berth::backend::{
-    ArchiveStream, Backend, BackendError, BackendOptions, BackendProvider, BackendState,
-    BackendSummary, CreateContext, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecProcess,
-    ExecRequest, Provisioned,
-};
+use berth::backend::{BackendState, ExecRequest};
 use berth::sandbox::{
     BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
     SnapshotSpec, StartBranch,
 };
-use berth::workspace::archive::{extract_stream, pack_dir};
-use berth::workspace::entries::BindMounts;
 use berth::workspace::WorkspaceSpec;
-use serde::{Deserialize, Serialize};
-
-const KIND: &str = "test-dir";
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct DirState {
-    dir: PathBuf,
-}
-
-struct DirBackend {
-    state: DirState,
-}
-
-fn failed(
-    operation: &'static str,
-    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-) -> BackendError {
-    BackendError::Operation {
-        backend: KIND,
-        operation,
-        source: e.into(),
-    }
-}
-
-/// Options of a new `test-dir` sandbox: where its directories go.
-#[derive(Debug)]
-struct DirOptions {
-    parent: PathBuf,
-}
-
-#[async_trait::async_trait]
-impl BackendOptions for DirOptions {
-    fn kind(&self) -> &str {
-        KIND
-    }
-
-    async fn create(
-        self: Box<Self>,
-        context: &CreateContext<'_>,
-    ) -> Result<Box<dyn Backend>, BackendError> {
-        Ok(Box::new(DirBackend {
-            state: DirState {
-                dir: self.parent.join(context.session_id),
-            },
-        }))
-    }
-}
-
-/// The `test-dir` provider, registered with the client.
-struct DirProvider;
-
-#[async_trait::async_trait]
-impl BackendProvider for DirProvider {
-    fn kind(&self) -> &str {
-        KIND
-    }
-
-    async fn resume(
-        &self,
-        state: &BackendState,
-        _session_id: &str,
-    ) -> Result<Box<dyn Backend>, BackendError> {
-        Ok(Box::new(DirBackend {
-            state: state.decode()?,
-        }))
-    }
-
-    fn summary(&self, state: &BackendState) -> BackendSummary {
-        let dir: Option<DirState> = state.decode().ok();
-        BackendSummary::new(dir.map(|d| d.dir.display().to_string()), None)
-    }
-
-    fn options_like(&self, state: &BackendState) -> Result<BackendSpec, BackendError> {
-        let dir: DirState = state.decode()?;
-        Ok(BackendSpec::new(DirOptions {
-            parent: dir.dir.parent().unwrap_or(&dir.dir).to_path_buf(),
-        }))
-    }
-}
-
-impl DirBackend {
-    /// The instance marker, beside the workspace directory.
-    fn marker(&self) -> PathBuf {
-        self.state.dir.with_extension("instance")
-    }
-}
-
-#[async_trait::async_trait]
-impl Backend for DirBackend {
-    async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
-        Ok(Provisioned::Existing)
-    }
-
-    async fn instance_id(&self) -> Result<Option<String>, BackendError> {
-        // Good enough for a test: a marker file beside the workspace names
-        // the instance (deleting the workspace deletes the instance).
-        if !self.state.dir.is_dir() {
-            return Ok(None);
-        }
-        Ok(std::fs::read_to_string(self.marker()).ok())
-    }
-
-    async fn root_exists(&self) -> Result<bool, BackendError> {
-        Ok(self.state.dir.is_dir())
-    }
-
-    async fn prepare_root(&mut self) -> Result<(), BackendError> {
-        std::fs::create_dir_all(&self.state.dir).map_err(|e| failed("mkdir", e))?;
-        let marker = self.marker();
-        if !marker.exists() {
-            let id = format!("{:?}", std::time::SystemTime::now());
-            std::fs::write(marker, id).map_err(|e| failed("marking", e))?;
-        }
-        Ok(())
-    }
-
-    /// Runs the command in its own process group, its output streamed as
-    /// events; the timeout, or a reader that drops the process, kills the
-    /// whole group.
-    async fn spawn(&self, request: ExecRequest) -> Result<ExecProcess, BackendError> {
-        if request.pty.is_some() || request.session.is_some() {
-            return Err(BackendError::Unsupported {
-                backend: "dir backend",
-                what: "run on a terminal or in a session",
-                why: "it runs plain pipes".into(),
-            });
-        }
-        let started = std::time::Instant::now();
-        let mut child = tokio::process::Command::new("sh")
-            .args(["-c", &request.command])
-            .current_dir(&self.state.dir)
-            .envs(&request.env)
-            .stdin(if request.stdin {
-                std::process::Stdio::piped()
-            } else {
-                std::process::Stdio::null()
-            })
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| failed("exec", e))?;
-        let pgid = child.id().unwrap_or(0);
-        let kill_group = move || {
-            let _ = std::process::Command::new("kill")
-                .args(["-s", "KILL", "--", &format!("-{pgid}")])
-                .status();
-        };
-        let (process, driver) = ExecProcess::channel();
-        let ExecDriver { events, mut input } = driver;
-        let mut stdin = child.stdin.take();
-        let pump = |mut from: Box<dyn tokio::io::AsyncRead + Send + Unpin>, stdout: bool| {
-            let events = events.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                loop {
-                    let n = match tokio::io::AsyncReadExt::read(&mut from, &mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => n,
-                    };
-                    let chunk = bytes::Bytes::copy_from_slice(&buf[..n]);
-                    let event = if stdout {
-                        ExecEvent::Stdout(chunk)
-                    } else {
-                        ExecEvent::Stderr(chunk)
-                    };
-                    if events.send(Ok(event)).await.is_err() {
-                        return;
-                    }
-                }
-            })
-        };
-        let out = pump(Box::new(child.stdout.take().unwrap()), true);
-        let err = pump(Box::new(child.stderr.take().unwrap()), false);
-        let timeout = request.timeout;
-        tokio::spawn(async move {
-            let deadline = tokio::time::Instant::now() + timeout;
-            let finished = async {
-                let status = child.wait().await;
-                let _ = out.await;
-                let _ = err.await;
-                status
-            };
-            tokio::pin!(finished);
-            let status = loop {
-                tokio::select! {
-                    s = &mut finished => break Some(s),
-                    _ = tokio::time::sleep_until(deadline) => break None,
-                    _ = events.closed() => {
-                        kill_group();
-                        return;
-                    }
-                    msg = input.recv() => match msg {
-                        Some(ExecInput::Stdin(b)) => {
-                            if let Some(w) = stdin.as_mut() {
-                                let _ = tokio::io::AsyncWriteExt::write_all(w, &b).await;
-                            }
-                        }
-                        Some(ExecInput::CloseStdin) => stdin = None,
-                        Some(_) => {}
-                        None => {}
-                    },
-                }
-            };
-            let exit = match status {
-                Some(Ok(s)) => ExecExit::new(s.code().unwrap_or(-1), false, started.elapsed()),
-                Some(Err(e)) => {
-                    let _ = events.send(Err(failed("waiting", e))).await;
-                    return;
-                }
-                None => {
-                    kill_group();
-                    ExecExit::new(124, true, started.elapsed())
-                }
-            };
-            let _ = events.send(Ok(ExecEvent::Exit(exit))).await;
-        });
-        Ok(process)
-    }
-
-    async fn read_archive(&self, exclude: &[PathBuf]) -> Result<ArchiveStream, BackendError> {
-        Ok(Box::new(pack_dir(self.state.dir.clone(), exclude.to_vec())))
-    }
-
-    async fn write_archive(&self, archive: ArchiveStream) -> Result<(), BackendError> {
-        extract_stream(archive, self.state.dir.clone())
-            .await
-            .map_err(|e| failed("extracting", e))?;
-        Ok(())
-    }
-
-    async fn destroy(&mut self) -> Result<(), BackendError> {
-        let _ = std::fs::remove_dir_all(&self.state.dir);
-        let _ = std::fs::remove_file(self.marker());
-        Ok(())
-    }
-
-    fn bind_mounts(&self) -> BindMounts {
-        BindMounts::Skip
-    }
-
-    fn state(&self) -> Result<BackendState, BackendError> {
-        BackendState::encode(KIND, &self.state)
-    }
-}
+use berth_tests::test_dir_backend::{DirBackend, DirOptions, DirProvider, DirState, KIND};
 
 /// Starts a resumed sandbox whose workspace is gone: it is rebuilt from
 /// the snapshot, both files back; then shuts it down.
@@ -440,4 +189,113 @@ async fn the_out_of_crate_backend_passes_the_backend_conformance_suite() {
     };
     let report = berth::conformance::check_backend(&backend, home.path()).await;
     assert!(report.passed(), "{}", report.table());
+}
+
+/// A kind from outside the library, registered with the `berth` command
+/// (`berth_cli::Berth`, as the `berth-test-dir` binary does), reaches
+/// every front end with no front-end code: its settings are `create`'s
+/// flags and help, the API lists and takes them (`GET /v1/backends`,
+/// `POST /v1/sandboxes`), and so does the Python client; a key it lacks
+/// is refused naming the keys it has, everywhere, and creates nothing.
+#[test]
+fn a_kind_from_outside_reaches_the_cli_the_api_and_python() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let parent = home.join("dirs");
+    let parent_text = parent.display().to_string();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_berth-test-dir"))
+            .env("BERTH_HOME", home)
+            .env_remove("RUST_LOG")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let ok = |args: &[&str]| {
+        let out = run(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    let help = ok(&["create", "--help"]);
+    assert!(
+        help.contains("--backend test-dir") && help.contains("parent=PATH (required)"),
+        "{help}"
+    );
+    // The kind's setting as a flag, and as -o.
+    ok(&["create", "a", "--backend", "test-dir", "--parent", &parent_text]);
+    ok(&["create", "b", "--backend", "test-dir", "-o", &format!("parent={parent_text}")]);
+    assert_eq!(ok(&["exec", "a", "--", "sh", "-c", "echo hi > f; cat f"]), "hi\n");
+    let dirs: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().collect();
+    assert!(
+        dirs.iter().any(|d| d.path().join("f").is_file()),
+        "the workspace is not under the kind's parent: {dirs:?}"
+    );
+    ok(&["stop", "a"]);
+    let listed: serde_json::Value = serde_json::from_str(&ok(&["ls", "--json"])).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    assert!(listed.to_string().contains(KIND), "{listed}");
+    // Keys the kind lacks, and a required one left out: refused, nothing made.
+    for (args, says) in [
+        (vec!["--image", "alpine"], vec!["no setting \"image\"", "docker", "parent"]),
+        (vec![], vec!["parent is required"]),
+        (vec!["-o", "oops"], vec!["is not KEY=VALUE"]),
+    ] {
+        let mut line = vec!["create", "c", "--backend", "test-dir"];
+        line.extend(args.iter().copied());
+        let out = run(&line);
+        let said = text(&out);
+        assert!(!out.status.success(), "{line:?} succeeded");
+        for s in says {
+            assert!(said.contains(s), "{line:?}: {said}");
+        }
+        assert_eq!(said.matches("error").count(), 1, "{said}");
+    }
+    for name in ["a", "b"] {
+        ok(&["rm", name]);
+    }
+
+    // The API and Python, from the same binary's server.
+    ok(&["server", "start"]);
+    let script = format!(
+        r#"
+import sys
+from berth_client import Berth, BerthError
+b = Berth()
+kinds = {{k["kind"]: k["settings"] for k in b.backends()}}
+assert set(kinds) >= {{"local", "docker", "swarm", "test-dir"}}, kinds
+assert [s["key"] for s in kinds["test-dir"]] == ["parent"], kinds["test-dir"]
+assert kinds["test-dir"][0]["required"] is True
+flat = b.create("flat", backend="test-dir", parent={parent:?})
+assert flat.exec("echo flat").stdout == "flat\n"
+nested = b.create("nested", backend={{"type": "test-dir", "parent": {parent:?}}})
+assert nested.exec("pwd").stdout.startswith({parent:?})
+try:
+    b.create("bad", backend="test-dir", parent={parent:?}, memory="1GiB")
+    sys.exit("a key the kind lacks was accepted")
+except BerthError as e:
+    assert e.status == 400 and 'no setting "memory"' in e.message, (e.status, e.message)
+assert sorted(s["name"] for s in b.sandboxes()) == ["flat", "nested"], b.sandboxes()
+flat.remove()
+nested.remove()
+print("done")
+"#,
+        parent = parent_text
+    );
+    let out = std::process::Command::new("python3")
+        .env("BERTH_HOME", home)
+        .env("PYTHONPATH", berth_tests::repo_root().join("host/python"))
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let said = text(&out);
+    ok(&["server", "stop"]);
+    assert!(out.status.success() && said.contains("done"), "{said}");
 }

@@ -2,6 +2,7 @@
 //! components and the `berth` binary are, and scratch grants for plugins.
 
 pub mod swarm_fixture;
+pub mod test_dir_backend;
 pub mod workspace_gen;
 
 use std::path::{Path, PathBuf};

@@ -58,7 +58,8 @@ pub enum SettingsError {
 fn elsewhere_text(kinds: &[String]) -> String {
     match kinds {
         [] => String::new(),
-        kinds => format!(" (the {} backend has)", kinds.join(" and ")),
+        [kind] => format!(" (the {kind} backend has it)"),
+        kinds => format!(" (the {} backends have it)", kinds.join(" and ")),
     }
 }
 
