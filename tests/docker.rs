@@ -383,7 +383,7 @@ async fn a_daemon_error_keeps_its_status_for_callers_to_match() {
         .await
         .unwrap_err();
     match &err {
-        SandboxError::Backend(e) => assert_eq!(e.docker_status(), Some(404), "{err:?}"),
+        SandboxError::Backend(e) => assert_eq!(e.service_status(), Some(404), "{err:?}"),
         other => panic!("expected a backend error, got {other:?}"),
     }
     // The daemon's own words are in the error's source chain.

@@ -293,4 +293,3 @@ impl Backend for DirBackend {
         BackendState::encode(KIND, &self.state)
     }
 }
-

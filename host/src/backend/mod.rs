@@ -40,15 +40,12 @@ pub struct BackendState {
 }
 
 impl BackendError {
-    /// The HTTP status of the Docker daemon's answer (404 not found, 409
-    /// conflict, ...), when the daemon answered with an error.
-    #[cfg(feature = "docker")]
-    pub fn docker_status(&self) -> Option<u16> {
+    /// The status of the backend's service's answer (the Docker daemon's
+    /// HTTP status: 404 not found, 409 conflict, ...), when the service
+    /// answered a call with an error ([`BackendError::Service`]).
+    pub fn service_status(&self) -> Option<u16> {
         match self {
-            BackendError::Docker {
-                source: bollard::errors::Error::DockerResponseServerError { status_code, .. },
-                ..
-            } => Some(*status_code),
+            BackendError::Service { status, .. } => *status,
             _ => None,
         }
     }
@@ -135,16 +132,20 @@ pub enum BackendError {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
-    /// The Docker daemon answered an API call with an error; the daemon's
-    /// answer is the source (see [`BackendError::docker_status`]).
-    #[cfg(feature = "docker")]
-    #[error("docker backend: {operation} failed")]
-    Docker {
+    /// The backend's service (the Docker daemon, a swarm manager) answered
+    /// a call with an error; its answer is the source, and its status is
+    /// [`BackendError::service_status`].
+    #[error("{backend}: {operation} failed")]
+    Service {
+        /// Which backend.
+        backend: &'static str,
         /// What was being done.
         operation: &'static str,
-        /// The daemon's answer.
+        /// The service's status code (HTTP for Docker), when it gave one.
+        status: Option<u16>,
+        /// The service's answer.
         #[source]
-        source: bollard::errors::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// An image could not be pulled onto the engine.
     #[error("pulling image {image} from registry {registry} failed: {message}")]

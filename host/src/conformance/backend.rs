@@ -135,9 +135,9 @@ pub async fn check_backend(backend: &dyn BackendUnderTest, home: &Path) -> Repor
         )
         .await;
     report
-        .run_clause(
+        .run_optional_clause(
             "files",
-            "the file API writes and reads a file byte for byte and refuses paths out of the workspace, or the backend refuses it as unsupported",
+            "the file API writes and reads a file byte for byte and refuses paths out of the workspace (a backend that refuses it as unsupported does not run the clause, and the report says so)",
             suite.files(),
         )
         .await;
@@ -464,41 +464,49 @@ impl Suite<'_> {
         .await
     }
 
-    async fn files(&self) -> Result<String, String> {
-        self.on_fresh(async |sb: &mut Sandbox| {
-            let files = sb.files();
-            let data: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
-            match files
-                .write("conformance.bin", &data[..], data.len() as u64, None)
-                .await
-            {
-                Err(SandboxError::Backend(BackendError::Unsupported { why, .. })) => {
-                    return Ok(format!("not provided, refused as unsupported: {why}"))
+    /// `Ok(Err(why))`: the backend refused the file API as unsupported.
+    async fn files(&self) -> Result<Result<String, String>, String> {
+        let mut declined = None;
+        let checked = self
+            .on_fresh(async |sb: &mut Sandbox| {
+                let files = sb.files();
+                let data: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+                match files
+                    .write("conformance.bin", &data[..], data.len() as u64, None)
+                    .await
+                {
+                    Err(SandboxError::Backend(BackendError::Unsupported { why, .. })) => {
+                        declined = Some(format!("not provided: refused as unsupported ({why})"));
+                        return Ok(String::new());
+                    }
+                    Err(e) => return Err(chain("write", &e)),
+                    Ok(()) => {}
                 }
-                Err(e) => return Err(chain("write", &e)),
-                Ok(()) => {}
-            }
-            let back = files
-                .read_to_bytes("conformance.bin")
-                .await
-                .map_err(|e| chain("read", &e))?;
-            if back != data {
-                return Err(format!(
-                    "read {} bytes back, not the {} written",
-                    back.len(),
-                    data.len()
-                ));
-            }
-            for path in ["../outside", "/etc/passwd"] {
-                match files.read(path).await {
-                    Err(SandboxError::PathRefused { .. }) => {}
-                    Err(e) => return Err(chain(&format!("read {path}"), &e)),
-                    Ok(_) => return Err(format!("{path} was read")),
+                let back = files
+                    .read_to_bytes("conformance.bin")
+                    .await
+                    .map_err(|e| chain("read", &e))?;
+                if back != data {
+                    return Err(format!(
+                        "read {} bytes back, not the {} written",
+                        back.len(),
+                        data.len()
+                    ));
                 }
-            }
-            Ok("70000 bytes written and read back; '..' and absolute paths refused".into())
+                for path in ["../outside", "/etc/passwd"] {
+                    match files.read(path).await {
+                        Err(SandboxError::PathRefused { .. }) => {}
+                        Err(e) => return Err(chain(&format!("read {path}"), &e)),
+                        Ok(_) => return Err(format!("{path} was read")),
+                    }
+                }
+                Ok("70000 bytes written and read back; '..' and absolute paths refused".into())
+            })
+            .await?;
+        Ok(match declined {
+            Some(why) => Err(why),
+            None => Ok(checked),
         })
-        .await
     }
 
     async fn timeout_kills_the_tree(&self) -> Result<String, String> {

@@ -155,12 +155,56 @@ impl Report {
         out
     }
 
+    /// Runs a clause the subject may decline: `Ok(Err(why))` (declined,
+    /// say as unsupported) goes to [`Report::not_run`], named in the table
+    /// and logged, not among the passes; `Err` is a failure.
+    async fn run_optional_clause<F>(
+        &mut self,
+        clause: &'static str,
+        requirement: &'static str,
+        check: F,
+    ) where
+        F: Future<Output = Result<Result<String, String>, String>>,
+    {
+        let mut declined = None;
+        self.run_clause_outcome(clause, requirement, async {
+            match check.await {
+                Ok(Ok(detail)) => Some(Ok(detail)),
+                Ok(Err(why)) => {
+                    declined = Some(why);
+                    None
+                }
+                Err(failure) => Some(Err(failure)),
+            }
+        })
+        .await;
+        if let Some(why) = declined {
+            tracing::info!(clause, why, "conformance clause not run");
+            self.not_run.push(format!("{clause}: {why}"));
+        }
+    }
+
     async fn run_clause<F>(&mut self, clause: &'static str, requirement: &'static str, check: F)
     where
         F: Future<Output = Result<String, String>>,
     {
+        self.run_clause_outcome(clause, requirement, async { Some(check.await) })
+            .await;
+    }
+
+    /// Runs `check`, recording its result unless it gives none.
+    async fn run_clause_outcome<F>(
+        &mut self,
+        clause: &'static str,
+        requirement: &'static str,
+        check: F,
+    ) where
+        F: Future<Output = Option<Result<String, String>>>,
+    {
         let start = Instant::now();
-        let outcome = check.await;
+        let Some(outcome) = check.await else {
+            return;
+        };
         let millis = start.elapsed().as_millis();
         tracing::debug!(clause, ok = outcome.is_ok(), millis, "conformance clause");
         let (passed, detail) = match outcome {

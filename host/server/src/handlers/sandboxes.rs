@@ -129,7 +129,9 @@ fn request_of(body: api::CreateSandbox, home: &std::path::Path) -> Result<Create
     let mut request = CreateRequest::new(body.name, settings);
     if let Some(v) = body.workspace {
         let mut w: WorkspaceSpec = serde_json::from_value(v).map_err(|e| {
-            ApiError::bad_request(format!("`workspace` is not a valid workspace manifest: {e}"))
+            ApiError::bad_request(format!(
+                "`workspace` is not a valid workspace manifest: {e}"
+            ))
         })?;
         w.resolve_host_paths(home);
         request.workspace = w;

@@ -145,10 +145,14 @@ fn op(
 /// reachable, which never counts as "container gone".
 fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
     match e {
-        bollard::errors::Error::DockerResponseServerError { .. } => BackendError::Docker {
-            operation,
-            source: e,
-        },
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => {
+            BackendError::Service {
+                backend: BACKEND,
+                operation,
+                status: Some(status_code),
+                source: Box::new(e),
+            }
+        }
         other => BackendError::Unreachable {
             backend: BACKEND,
             message: format!(

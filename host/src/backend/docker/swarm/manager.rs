@@ -37,22 +37,19 @@ fn unreachable(message: String, source: Option<BackendError>) -> BackendError {
     }
 }
 
-/// The manager's own answer is this backend's operation error (a 404 keeps
-/// the Docker variant, so "not found" is told apart); anything else means
-/// the manager stopped answering.
+/// The manager's own answer is this backend's service error, its status
+/// kept (so "not found" is told apart); anything else means the manager
+/// stopped answering.
 fn swarm_error(operation: &'static str, e: bollard::errors::Error) -> BackendError {
     match e {
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        } => BackendError::Docker {
-            operation,
-            source: e,
-        },
-        bollard::errors::Error::DockerResponseServerError { .. } => BackendError::Operation {
-            backend: BACKEND,
-            operation,
-            source: Box::new(e),
-        },
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => {
+            BackendError::Service {
+                backend: BACKEND,
+                operation,
+                status: Some(status_code),
+                source: Box::new(e),
+            }
+        }
         other => unreachable(
             format!("{operation}: the swarm manager stopped answering"),
             Some(BackendError::Operation {
@@ -81,7 +78,7 @@ async fn timed<T>(
 }
 
 pub(super) fn is_not_found(e: &BackendError) -> bool {
-    e.docker_status() == Some(404)
+    e.service_status() == Some(404)
 }
 
 /// The first of `state`'s managers that answers as a manager with a
