@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use berth::backend::{BackendState, ExecRequest};
+use std::path::PathBuf;
+
+use berth::backend::{BackendProvider, ExecRequest};
 use berth::sandbox::{
     BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
     SnapshotSpec, StartBranch,
@@ -192,7 +194,10 @@ async fn the_out_of_crate_backend_passes_the_backend_conformance_suite() {
     // It has no file API (no helper in the sandbox): that clause is
     // reported as not run, not counted as passed.
     assert!(
-        report.not_run.iter().any(|n| n.starts_with("files: not provided"))
+        report
+            .not_run
+            .iter()
+            .any(|n| n.starts_with("files: not provided"))
             && report.results.iter().all(|r| r.clause != "files"),
         "{}",
         report.table()

@@ -113,7 +113,7 @@ pub(crate) fn help(docs: &KindDocs) -> String {
             text.push('\n');
             let mut line = String::from("          ");
             for word in doc.help.split_whitespace() {
-                if line.len() + word.len() + 1 > 100 && line.trim().len() > 0 {
+                if line.len() + word.len() + 1 > 100 && !line.trim().is_empty() {
                     text.push_str(line.trim_end());
                     text.push('\n');
                     line = String::from("          ");
