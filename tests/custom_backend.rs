@@ -259,10 +259,7 @@ fn a_kind_from_outside_reaches_the_cli_the_api_and_python() {
         "-o",
         &format!("parent={parent_text}"),
     ]);
-    assert_eq!(
-        ok(&["exec", "a", "--", "sh", "-c", "echo hi > f; cat f"]),
-        "hi\n"
-    );
+    assert_eq!(ok(&["exec", "a", "--", "echo hi > f; cat f"]), "hi\n");
     let dirs: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().collect();
     assert!(
         dirs.iter().any(|d| d.path().join("f").is_file()),

@@ -441,7 +441,7 @@ fn finish_staging(
 mod settings_tests {
     #[test]
     fn the_documented_settings_are_the_fields() {
-        let keys: Vec<_> = super::SETTINGS.iter().map(|d| d.key).collect();
+        let keys = super::super::settings::documented_names(super::SETTINGS);
         assert_eq!(
             keys,
             super::super::settings::struct_fields::<super::LocalSettings>()

@@ -348,8 +348,20 @@ pub mod lenient {
     }
 }
 
-/// The field names serde derives for `T` (a struct): what a kind's
-/// settings type takes, for checking its [`SettingDoc`]s against it.
+/// Every name `docs` accept (keys and aliases), sorted: what
+/// [`struct_fields`] of the kind's settings type should be.
+pub fn documented_names(docs: &[SettingDoc]) -> Vec<&'static str> {
+    let mut names: Vec<_> = docs
+        .iter()
+        .flat_map(|d| std::iter::once(d.key).chain(d.aliases.iter().copied()))
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+/// The field names serde derives for `T` (a struct), aliases included,
+/// sorted: what a kind's settings type takes, for checking its
+/// [`SettingDoc`]s against it ([`documented_names`]).
 pub fn struct_fields<T: DeserializeOwned>() -> Vec<&'static str> {
     struct Fields(Vec<&'static str>);
     #[derive(Debug)]
@@ -387,6 +399,7 @@ pub fn struct_fields<T: DeserializeOwned>() -> Vec<&'static str> {
     }
     let mut fields = Fields(Vec::new());
     let _ = T::deserialize(&mut fields);
+    fields.0.sort_unstable();
     fields.0
 }
 
@@ -468,9 +481,10 @@ mod tests {
 
     #[test]
     fn the_fields_of_a_struct_are_read() {
+        assert_eq!(struct_fields::<Example>(), documented_names(DOCS));
         assert_eq!(
-            struct_fields::<Example>(),
-            ["image", "memory", "agent", "constraints"]
+            documented_names(DOCS),
+            ["agent", "constraint", "constraints", "image", "memory"]
         );
     }
 }

@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn the_documented_settings_are_the_fields() {
-        let keys: Vec<_> = SETTINGS.iter().map(|d| d.key).collect();
+        let keys = crate::backend::settings::documented_names(SETTINGS);
         assert_eq!(
             keys,
             crate::backend::settings::struct_fields::<SwarmSettings>()
