@@ -228,6 +228,22 @@ impl BackendSettings {
         })
     }
 
+    /// `bytes` (a size setting `key`) as the signed byte count engines
+    /// take, or an error naming `key` when it does not fit.
+    pub fn signed_bytes(&self, key: &str, bytes: u64) -> Result<i64, SettingsError> {
+        i64::try_from(bytes).map_err(|_| self.invalid(format!("{key}: {bytes} bytes is too large")))
+    }
+
+    /// `n` (a number setting `key`) if it is positive and finite, or an
+    /// error naming `key`.
+    pub fn positive(&self, key: &str, n: f64) -> Result<f64, SettingsError> {
+        if n > 0.0 && n.is_finite() {
+            Ok(n)
+        } else {
+            Err(self.invalid(format!("{key}: {n} is not a positive number")))
+        }
+    }
+
     /// A [`SettingsError::Invalid`] of this kind: `message` says which
     /// key and what is wrong (for checks across keys after decoding).
     pub fn invalid(&self, message: impl Into<String>) -> SettingsError {

@@ -52,29 +52,29 @@ pub(crate) fn expand(args: Vec<String>, docs: &KindDocs, own: &[String]) -> Vec<
         let negated = key
             .strip_prefix("no_")
             .and_then(|k| doc_of(k).filter(|d| d.value == "BOOL"));
-        let (doc, value) = match (doc_of(&key), negated.clone(), inline) {
-            (Some(doc), _, Some(value)) => (doc, value),
-            (Some(doc), _, None) if doc.value == "BOOL" => (doc, "true".to_string()),
+        // The key is kept as given (an alias is one the kind accepts too);
+        // `--no-KEY` names the doc's key.
+        let (doc, key, value) = match (doc_of(&key), negated, inline) {
+            (Some(doc), _, Some(value)) => (doc, key, value),
+            (Some(doc), _, None) if doc.value == "BOOL" => (doc, key, "true".to_string()),
             (Some(doc), _, None) => match rest.next() {
-                Some(value) => (doc, value.clone()),
+                Some(value) => (doc, key, value.clone()),
                 // clap says the value is missing.
                 None => {
                     out.push(arg.clone());
                     continue;
                 }
             },
-            (None, Some(doc), None) => (doc, "false".to_string()),
+            (None, Some(doc), None) => {
+                let key = doc.key.to_string();
+                (doc, key, "false".to_string())
+            }
             _ => {
                 out.push(arg.clone());
                 continue;
             }
         };
         out.push("-o".into());
-        // Under the name given: an alias is one the kind accepts too.
-        let key = match &negated {
-            Some(d) if doc_of(&key).is_none() => d.key.to_string(),
-            _ => key,
-        };
         out.push(format!("{key}={}", absolute_if_path(&doc, value)));
     }
     out

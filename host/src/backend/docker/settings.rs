@@ -133,15 +133,10 @@ impl DockerSettings {
             options = options.tls_cert_path(dir);
         }
         if let Some(bytes) = self.memory {
-            let bytes = i64::try_from(bytes)
-                .map_err(|_| settings.invalid(format!("memory: {bytes} bytes is too large")))?;
-            options = options.memory(bytes);
+            options = options.memory(settings.signed_bytes("memory", bytes)?);
         }
         if let Some(cpus) = self.cpus {
-            if !(cpus > 0.0 && cpus.is_finite()) {
-                return Err(settings.invalid(format!("cpus: {cpus} is not a positive number")));
-            }
-            options = options.cpus(cpus);
+            options = options.cpus(settings.positive("cpus", cpus)?);
         }
         for port in self.expose {
             options = options.expose(port);

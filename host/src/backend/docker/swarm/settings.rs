@@ -116,26 +116,16 @@ impl SwarmSettings {
     /// The options these settings make; `settings` is where they came
     /// from, for errors.
     pub fn into_options(self, settings: &BackendSettings) -> Result<SwarmOptions, SettingsError> {
-        let bytes = |key: &str, n: u64| {
-            i64::try_from(n).map_err(|_| settings.invalid(format!("{key}: {n} bytes is too large")))
-        };
-        let positive = |key: &str, n: f64| {
-            if n > 0.0 && n.is_finite() {
-                Ok(n)
-            } else {
-                Err(settings.invalid(format!("{key}: {n} is not a positive number")))
-            }
-        };
         let mut options =
             SwarmOptions::new(self.engine, self.image).agent(self.agent.unwrap_or(true));
         if let Some(dir) = self.tls_cert_path {
             options = options.tls_cert_path(dir);
         }
         if let Some(n) = self.memory {
-            options = options.memory(bytes("memory", n)?);
+            options = options.memory(settings.signed_bytes("memory", n)?);
         }
         if let Some(n) = self.cpus {
-            options = options.cpus(positive("cpus", n)?);
+            options = options.cpus(settings.positive("cpus", n)?);
         }
         if let Some(n) = self.pids_limit {
             if n < 1 {
@@ -144,10 +134,10 @@ impl SwarmSettings {
             options = options.pids_limit(n);
         }
         if let Some(n) = self.reserve_memory {
-            options = options.reserve_memory(bytes("reserve_memory", n)?);
+            options = options.reserve_memory(settings.signed_bytes("reserve_memory", n)?);
         }
         if let Some(n) = self.reserve_cpus {
-            options = options.reserve_cpus(positive("reserve_cpus", n)?);
+            options = options.reserve_cpus(settings.positive("reserve_cpus", n)?);
         }
         for constraint in self.constraints {
             options = options.constraint(constraint);
