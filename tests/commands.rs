@@ -613,7 +613,10 @@ async fn exposed_ports_need_a_network_and_reach_a_detached_server() {
     );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--network"), "{stderr}");
+    assert!(
+        stderr.contains("network=NET") && stderr.contains("docker network create"),
+        "{stderr}"
+    );
     assert!(!berth_in(h, &["inspect", "nonet"]).status.success());
     // On a network of the user's, the port is published on loopback.
     let net = format!("berth-test-ports-{}", std::process::id());
