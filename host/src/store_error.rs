@@ -53,40 +53,6 @@ impl StorageError {
     }
 }
 
-/// Why an object is not what it claims to be.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum FormatError {
-    /// The object's content does not hash to the name or checksum it has.
-    #[error("its content does not match its checksum (expected {expected}, got {actual})")]
-    Checksum {
-        /// The checksum the name or trailer promises.
-        expected: String,
-        /// The checksum of what arrived.
-        actual: String,
-    },
-    /// The object is not of the expected kind or is cut short.
-    #[error("it is not a valid {kind}: {why}")]
-    Malformed {
-        /// `pack` or `index`.
-        kind: &'static str,
-        /// What is wrong.
-        why: String,
-    },
-    /// Written by a newer version of Berth.
-    #[error("it is format version {0}; this build reads version {v} (upgrade Berth)", v = crate::snapshot::FORMAT_VERSION)]
-    Version(u32),
-    /// The object is not in the store, though the snapshot needs it.
-    #[error("it is missing from the store (removed behind Berth's back?); restore another kept generation, or start afresh")]
-    Missing,
-    /// A chunk's bytes do not hash to its id.
-    #[error("chunk {0} does not hash to its id")]
-    Chunk(String),
-    /// The reassembled archive differs from the one the index describes.
-    #[error("the reassembled archive does not match the index ({0})")]
-    Archive(String),
-}
-
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -103,15 +69,17 @@ pub enum StoreError {
     /// Writing the archive to its destination failed.
     #[error("writing the restored archive failed")]
     Sink(#[source] io::Error),
-    /// An object of a deduplicated snapshot is damaged, missing a part,
-    /// or not what its name says; nothing was extracted.
+    /// An object of a snapshot is damaged, missing a part, or not what its
+    /// name says; nothing was extracted.
     #[error("snapshot object {object} is unusable")]
     Format {
         /// The object's id in the store.
         object: String,
-        /// What is wrong with it.
+        /// What is wrong with it, in the snapshot kind's own error (for a
+        /// deduplicated snapshot, `snapshot::FormatError`; reach it
+        /// with `downcast_ref`).
         #[source]
-        source: FormatError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Preparing or reading a deduplicated snapshot's files on this host
     /// (packs being built, downloaded packs) failed.

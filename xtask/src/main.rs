@@ -15,6 +15,7 @@ mod docker;
 mod engines;
 mod garage;
 mod guests;
+mod layering;
 mod lint;
 mod process;
 mod python;
@@ -26,7 +27,7 @@ use agent::build_agent;
 use docker::{docker_required, docker_setup};
 use engines::engines_setup;
 use garage::garage_setup;
-use guests::{build_guests, build_rust_guests};
+use guests::{build_guests, build_rust_guests_named};
 use lint::lint;
 use process::{output, run};
 use swarm::swarm_setup;
@@ -39,10 +40,10 @@ fn main() -> Result<()> {
         Some("build-guests") => build_guests(&root),
         Some("build-agent") => build_agent(&root),
         Some("demo") => {
-            // Only what the demo uses: the wasm target, the Rust guests and
-            // the host. The Docker half runs when an engine answers.
+            // Only what the demo uses: the wasm target, the fs-store guest
+            // and the host. The Docker half runs when an engine answers.
             wasm_target()?;
-            build_rust_guests(&root)?;
+            build_rust_guests_named(&root, &["fs-store"])?;
             demo(&root)
         }
         Some("test") => {
@@ -51,7 +52,10 @@ fn main() -> Result<()> {
             build_agent(&root)?;
             test(&root, &args[1..])
         }
-        Some("lint") => lint(&root),
+        Some("lint") => {
+            layering::check(&root)?;
+            lint(&root)
+        }
         Some("bench") => {
             setup(&root)?;
             build_guests(&root)?;

@@ -14,7 +14,9 @@
 //! flags and in `--help`), `berth serve`'s API and everything after.
 
 mod commands;
+mod home;
 mod logging;
+mod notice;
 mod plugin;
 mod sandboxes;
 mod scaffold;

@@ -62,8 +62,8 @@ pub fn parse_duration_arg(s: &str) -> Result<Duration, String> {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    SERVING.store(true, std::sync::atomic::Ordering::SeqCst);
-    let home = crate::sandboxes::berth_home()?;
+    crate::notice::serving();
+    let home = crate::home::berth_home()?;
     let socket = args.socket.clone().unwrap_or_else(|| socket_path(&home));
     if let Some(version) = Remote::at(&socket).version().await {
         bail!(
@@ -82,7 +82,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(s) = &args.max_file {
         limits.file = size("--max-file", s)?;
     }
-    let api = berth_server::Api::with_limits(crate::sandboxes::named(&home), limits);
+    let api = berth_server::Api::with_limits(crate::home::named(&home), limits);
     let mut server = berth_server::Server::new(api).unix_socket(&socket);
     if let Some(idle) = &args.idle_exit {
         server = server.idle_exit(parse_duration(idle)?);
@@ -144,7 +144,7 @@ const STOP_WAIT: Duration = Duration::from_secs(60);
 
 /// `berth server status|stop`.
 pub async fn manage(command: ServerCommand) -> anyhow::Result<ExitCode> {
-    let home = crate::sandboxes::berth_home()?;
+    let home = crate::home::berth_home()?;
     let socket = socket_path(&home);
     let remote = Remote::at(&socket);
     if let ServerCommand::Start { idle_exit } = &command {
@@ -425,20 +425,6 @@ fn relay_warnings(headers: &http::HeaderMap) {
     }
     for line in lines(berth_server::WARNINGS_HEADER) {
         tracing::warn!(target: "berth", "{line}");
-    }
-}
-
-/// Whether this process is `berth serve`: lines for the user then go to
-/// the client of the request at hand.
-static SERVING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Says `line` to the user: on stderr, or, in `berth serve`, to the client
-/// whose request this is (which prints it on its stderr).
-pub fn say(line: &str) {
-    if SERVING.load(std::sync::atomic::Ordering::SeqCst) {
-        tracing::info!(target: "berth::notice", "{line}");
-    } else {
-        eprintln!("{line}");
     }
 }
 

@@ -32,6 +32,7 @@ mod listen;
 mod notices;
 mod open;
 mod openapi;
+mod route;
 mod routes;
 
 use std::sync::Arc;
@@ -42,7 +43,11 @@ pub use api::*;
 pub use http::{BoxError, Reply, ReplyBody, RequestBody};
 pub use listen::{ServeError, Server};
 pub use notices::{EventText, WarningRelay, NOTICES_HEADER, NOTICE_TARGET, WARNINGS_HEADER};
-pub use openapi::openapi;
+
+/// The OpenAPI document of API v1 (what `/v1/openapi.json` serves).
+pub fn openapi() -> serde_json::Value {
+    openapi::document(&routes::table())
+}
 
 use handlers::exec::Execs;
 use open::OpenSandboxes;

@@ -199,6 +199,7 @@ impl LoadedPlugin {
                             "{operation} reported success although its input stream failed ({io}); \
                              it must discard the archive (clause 2)"
                         ),
+                        source: None,
                     }
                     .into());
                 }
@@ -208,6 +209,7 @@ impl LoadedPlugin {
                         message: format!(
                             "{operation} returned success before reading its input stream to the end (clause 5)"
                         ),
+                        source: None,
                     }
                     .into());
                 }

@@ -90,7 +90,7 @@ impl CompileCache {
         if let Some(d) = std::env::var_os("BERTH_CACHE_DIR") {
             return Self::at(PathBuf::from(d));
         }
-        match super::user_cache_dir("compiled") {
+        match crate::user_cache::user_cache_dir("compiled") {
             Some(dir) => Self::at(dir),
             None => Self::disabled(),
         }

@@ -69,6 +69,7 @@ pub async fn detect_world(host: &PluginHost, path: &Path) -> Result<World, Plugi
                 "built against berth:snapshot@{v}, but this host implements @{CONTRACT_VERSION}; \
                  rebuild the plugin against wit/ from this version of Berth"
             ),
+            source: None,
         }),
         _ => Err(PluginError::ContractViolation {
             plugin: path.display().to_string(),
@@ -76,6 +77,7 @@ pub async fn detect_world(host: &PluginHost, path: &Path) -> Result<World, Plugi
                 "exports neither berth:snapshot/remote-client nor berth:snapshot/snapshot; it exports [{}]",
                 info.exports.join(", ")
             ),
+            source: None,
         }),
     }
 }

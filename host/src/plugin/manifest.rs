@@ -37,41 +37,15 @@ use serde::Deserialize;
 use super::registry::{OciReference, SCHEME};
 use crate::plugin_error::PluginError;
 
+pub use crate::contract::World;
+pub use crate::plugin_error::{ManifestError, OriginError};
+
 /// Default memory grant.
 pub const DEFAULT_MAX_MEMORY: u64 = 256 * 1024 * 1024;
 /// Default per-call deadline.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 /// Largest memory grant the engine is configured for.
 pub const MAX_MEMORY_CEILING: u64 = 4 * 1024 * 1024 * 1024;
-
-/// Which contract world a plugin implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-pub enum World {
-    /// Exports `berth:snapshot/remote-client`.
-    #[serde(rename = "remote-client-plugin")]
-    RemoteClient,
-    /// Exports `berth:snapshot/snapshot`.
-    #[serde(rename = "snapshot-plugin")]
-    Snapshot,
-}
-
-impl World {
-    /// The WIT world name.
-    pub fn name(self) -> &'static str {
-        match self {
-            World::RemoteClient => "remote-client-plugin",
-            World::Snapshot => "snapshot-plugin",
-        }
-    }
-
-    /// The contract interface the world exports, without version.
-    pub fn export_interface(self) -> &'static str {
-        match self {
-            World::RemoteClient => "berth:snapshot/remote-client",
-            World::Snapshot => "berth:snapshot/snapshot",
-        }
-    }
-}
 
 /// Read-only or read-write access to a granted directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -108,7 +82,14 @@ pub struct HttpOrigin {
 
 impl HttpOrigin {
     /// Parses `http://host[:port]` or `https://host[:port]`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, OriginError> {
+        Self::parse_text(s).map_err(|reason| OriginError {
+            given: s.to_string(),
+            reason,
+        })
+    }
+
+    fn parse_text(s: &str) -> Result<Self, String> {
         let (scheme, rest) = s.split_once("://").ok_or_else(|| {
             format!("{s:?} needs a scheme: http://host:port or https://host:port")
         })?;
@@ -395,21 +376,26 @@ impl PluginManifest {
     pub fn from_file(path: &Path) -> Result<Self, PluginError> {
         let text = std::fs::read_to_string(path).map_err(|e| PluginError::Manifest {
             path: path.to_path_buf(),
-            message: format!("cannot read it: {e}"),
+            source: ManifestError::Read(e),
         })?;
         let base = path
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
-        Self::from_toml(&text, &base, Some(path)).map_err(|message| PluginError::Manifest {
+        Self::from_toml(&text, &base, Some(path)).map_err(|source| PluginError::Manifest {
             path: path.to_path_buf(),
-            message,
+            source,
         })
     }
 
     /// Parses manifest text; relative paths resolve against `base`.
-    pub fn from_toml(text: &str, base: &Path, source: Option<&Path>) -> Result<Self, String> {
-        let raw: RawManifest = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn from_toml(
+        text: &str,
+        base: &Path,
+        source: Option<&Path>,
+    ) -> Result<Self, ManifestError> {
+        let raw: RawManifest =
+            toml::from_str(text).map_err(|e| ManifestError::Toml(Box::new(e)))?;
         let resolve = |p: &Path| -> PathBuf {
             if p.is_absolute() {
                 p.to_path_buf()
@@ -421,7 +407,7 @@ impl PluginManifest {
             ComponentSource::Registry(
                 raw.component
                     .parse::<OciReference>()
-                    .map_err(|e| format!("component: {e}"))?,
+                    .map_err(ManifestError::Component)?,
             )
         } else {
             ComponentSource::Path(resolve(Path::new(&raw.component)))
@@ -429,15 +415,18 @@ impl PluginManifest {
         let name = raw.name.unwrap_or_else(|| component.default_name());
         let mut config = Vec::new();
         for (k, v) in &raw.config {
-            config.push((k.clone(), expand_env(v, &format!("config.{k}"))?));
+            config.push((
+                k.clone(),
+                expand_env(v, &format!("config.{k}")).map_err(ManifestError::Invalid)?,
+            ));
         }
         let mut grants = Grants::default();
         for d in raw.grants.dirs {
             if !d.guest.starts_with('/') {
-                return Err(format!(
+                return Err(ManifestError::Invalid(format!(
                     "grants.dirs: guest path {:?} must be absolute",
                     d.guest
-                ));
+                )));
             }
             grants.dirs.push(DirGrant {
                 host: resolve(&d.host),
@@ -448,25 +437,30 @@ impl PluginManifest {
         for h in raw.grants.http_hosts {
             grants
                 .http
-                .push(HttpOrigin::parse(&h).map_err(|e| format!("grants.http_hosts: {e}"))?);
+                .push(HttpOrigin::parse(&h).map_err(ManifestError::HttpHost)?);
         }
         for (k, v) in &raw.grants.env {
-            grants
-                .env
-                .push((k.clone(), expand_env(v, &format!("grants.env.{k}"))?));
+            grants.env.push((
+                k.clone(),
+                expand_env(v, &format!("grants.env.{k}")).map_err(ManifestError::Invalid)?,
+            ));
         }
         if let Some(m) = raw.grants.max_memory {
-            let bytes = m.bytes().map_err(|e| format!("grants.max_memory: {e}"))?;
+            let bytes = m
+                .bytes()
+                .map_err(|e| ManifestError::Invalid(format!("grants.max_memory: {e}")))?;
             if bytes == 0 || bytes > MAX_MEMORY_CEILING {
-                return Err(format!(
+                return Err(ManifestError::Invalid(format!(
                     "grants.max_memory must be between 1 byte and 4 GiB, got {bytes}"
-                ));
+                )));
             }
             grants.max_memory = bytes;
         }
         if let Some(secs) = raw.grants.deadline_secs {
             if !(secs > 0.0 && secs.is_finite()) {
-                return Err(format!("grants.deadline_secs must be positive, got {secs}"));
+                return Err(ManifestError::Invalid(format!(
+                    "grants.deadline_secs must be positive, got {secs}"
+                )));
             }
             grants.deadline = Duration::from_secs_f64(secs);
         }
@@ -475,11 +469,11 @@ impl PluginManifest {
             (None, _) => None,
             (Some(s), ComponentSource::Registry(_)) => Some(resolve(&s.key)),
             (Some(_), ComponentSource::Path(_)) => {
-                return Err(
+                return Err(ManifestError::Invalid(
                     "signature applies to oci:// components (a signature names a registry \
                      manifest digest); remove [signature] or push the component and name it by reference"
                         .into(),
-                )
+                ))
             }
         };
         Ok(PluginManifest {
@@ -536,15 +530,18 @@ mod tests {
     #[test]
     fn rejects_bad_input_with_reasons() {
         let base = Path::new("/");
+        // The error with its sources, as the CLI and the API print it.
+        let text = |e: ManifestError| crate::error_text::causes(&e);
         let missing = PluginManifest::from_toml(
             "component='x'\nworld='snapshot-plugin'\n[config]\nk='${BERTH_SURELY_UNSET_VAR}'",
             base,
             None,
         )
         .unwrap_err();
+        let missing = text(missing);
         assert!(missing.contains("BERTH_SURELY_UNSET_VAR"), "{missing}");
         let unknown =
-            PluginManifest::from_toml("component='x'\nworld='nope'", base, None).unwrap_err();
+            text(PluginManifest::from_toml("component='x'\nworld='nope'", base, None).unwrap_err());
         assert!(unknown.contains("nope"), "{unknown}");
         let grant = PluginManifest::from_toml(
             "component='x'\nworld='snapshot-plugin'\n[grants]\nhttp_hosts=['ftp://x']",
@@ -552,6 +549,7 @@ mod tests {
             None,
         )
         .unwrap_err();
+        let grant = text(grant);
         assert!(grant.contains("ftp"), "{grant}");
         let typo = PluginManifest::from_toml(
             "component='x'\nworld='snapshot-plugin'\n[grants]\nmax_memroy=1",
@@ -559,6 +557,7 @@ mod tests {
             None,
         )
         .unwrap_err();
+        let typo = text(typo);
         assert!(typo.contains("max_memroy"), "{typo}");
     }
 
@@ -580,6 +579,6 @@ mod tests {
             None,
         )
         .unwrap_err();
-        assert!(e.starts_with("component:"), "{e}");
+        assert!(matches!(e, ManifestError::Component(_)), "{e}");
     }
 }

@@ -20,14 +20,18 @@ mod engine;
 
 pub mod inspect;
 pub mod manifest;
-pub mod registry;
+/// The OCI registry client, by its old path.
+pub use crate::registry;
 mod stream_bridge;
 mod wasm_remote_client;
 mod wasm_snapshot;
 
 pub use crate::plugin_error::PluginError;
 pub use compile_cache::{CacheOutcome, CompileCache};
-pub use manifest::{ComponentSource, DirGrant, DirMode, Grants, HttpOrigin, PluginManifest, World};
+pub use manifest::{
+    ComponentSource, DirGrant, DirMode, Grants, HttpOrigin, ManifestError, OriginError,
+    PluginManifest, World,
+};
 pub use registry::{OciReference, Registry, RegistryError, RegistryOptions};
 pub use wasm_remote_client::WasmRemoteClient;
 pub use wasm_snapshot::WasmSnapshot;
@@ -41,10 +45,7 @@ use wasmtime::Engine;
 
 use capability::PluginState;
 
-/// The contract version this host implements.
-pub const CONTRACT_VERSION: &str = "0.1.0";
-/// The contract package.
-pub const CONTRACT_PACKAGE: &str = "berth:snapshot";
+pub use crate::contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 
 /// Loads plugins. Cheap to clone; every host in a process shares one engine.
 #[derive(Clone)]
@@ -70,16 +71,6 @@ struct HostInner {
 enum Pre {
     Remote(bindings::remote::RemoteClientPluginPre<PluginState>),
     Snapshot(bindings::snapshot::SnapshotPluginPre<PluginState>),
-}
-
-/// `$XDG_CACHE_HOME/berth/NAME`, else `~/.cache/berth/NAME`: where the
-/// plugin caches live unless their own variable names a directory. `None`
-/// when neither variable is set.
-pub(crate) fn user_cache_dir(name: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
-        .map(|base| base.join("berth").join(name))
 }
 
 /// A loaded plugin; shared by every client or snapshot made from it.
@@ -187,25 +178,28 @@ impl PluginHost {
         for warning in &warnings {
             tracing::warn!(plugin = %manifest.name, "{warning}");
         }
-        let violation = |message: String| PluginError::ContractViolation {
+        let violation = |message: &str, e: wasmtime::Error| PluginError::ContractViolation {
             plugin: manifest.name.clone(),
-            message,
+            message: message.to_string(),
+            source: Some(e.into()),
         };
         let instance_pre = self.inner.linker.instantiate_pre(&component).map_err(|e| {
-            violation(format!(
-                "it imports something this host does not provide ({e:#}); plugins may import \
+            violation(
+                "it imports something this host does not provide; plugins may import \
                  berth:snapshot types, wasi:io, wasi:cli, wasi:clocks, wasi:random, \
-                 wasi:filesystem, wasi:sockets (always denied) and wasi:http"
-            ))
+                 wasi:filesystem, wasi:sockets (always denied) and wasi:http",
+                e,
+            )
         })?;
         let pre = match manifest.world {
             World::RemoteClient => Pre::Remote(
-                bindings::remote::RemoteClientPluginPre::new(instance_pre)
-                    .map_err(|e| violation(format!("{e:#}")))?,
+                bindings::remote::RemoteClientPluginPre::new(instance_pre).map_err(|e| {
+                    violation("its exports do not match the remote-client world", e)
+                })?,
             ),
             World::Snapshot => Pre::Snapshot(
                 bindings::snapshot::SnapshotPluginPre::new(instance_pre)
-                    .map_err(|e| violation(format!("{e:#}")))?,
+                    .map_err(|e| violation("its exports do not match the snapshot world", e))?,
             ),
         };
         let load_time = started.elapsed();
@@ -234,7 +228,8 @@ impl PluginHost {
                 let bytes = tokio::fs::read(path).await.map_err(|e| PluginError::Load {
                     plugin: manifest.name.clone(),
                     path: path.clone(),
-                    message: format!("cannot read it: {e}"),
+                    message: "cannot read it".into(),
+                    source: Some(e.into()),
                 })?;
                 (path.clone(), bytes, None)
             }
@@ -264,19 +259,23 @@ impl PluginHost {
                 (fetched.path, fetched.bytes, Some(fetched.reference))
             }
         };
-        let load_error = |message: String| PluginError::Load {
-            plugin: manifest.name.clone(),
-            path: path.clone(),
-            message,
-        };
+        let load_error =
+            |message: &str, source: Option<Box<dyn std::error::Error + Send + Sync>>| {
+                PluginError::Load {
+                    plugin: manifest.name.clone(),
+                    path: path.clone(),
+                    message: message.to_string(),
+                    source,
+                }
+            };
         if !bytes.starts_with(b"\0asm") {
-            return Err(load_error("not a WebAssembly file".into()));
+            return Err(load_error("not a WebAssembly file", None));
         }
         if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
             return Err(load_error(
                 "this is a core module, not a component; wrap it with `wasm-tools component new` \
-                 (and the wasi_snapshot_preview1 reactor adapter if it uses WASI)"
-                    .into(),
+                 (and the wasi_snapshot_preview1 reactor adapter if it uses WASI)",
+                None,
             ));
         }
         let digest = blake3::hash(&bytes).to_hex().to_string();
@@ -286,8 +285,8 @@ impl PluginHost {
         let (component, outcome) =
             tokio::task::spawn_blocking(move || cache.load_or_compile(&engine, &bytes, &digest2))
                 .await
-                .map_err(|e| load_error(format!("compiler thread failed: {e}")))?
-                .map_err(|e| load_error(format!("{e:#}")))?;
+                .map_err(|e| load_error("the compiler thread failed", Some(e.into())))?
+                .map_err(|e| load_error("it does not compile", Some(e.into())))?;
         Ok((component, digest, resolved, outcome))
     }
 }
@@ -374,6 +373,7 @@ fn check_exports(
     Err(PluginError::ContractViolation {
         plugin: manifest.name.clone(),
         message,
+        source: None,
     })
 }
 

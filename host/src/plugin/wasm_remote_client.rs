@@ -31,6 +31,7 @@ impl WasmRemoteClient {
             Pre::Snapshot(_) => Err(PluginError::ContractViolation {
                 plugin: plugin.manifest.name.clone(),
                 message: "it is a snapshot-plugin, not a remote-client-plugin".into(),
+                source: None,
             }),
         }
     }

@@ -49,6 +49,7 @@ impl WasmSnapshot {
                 return Err(PluginError::ContractViolation {
                     plugin: plugin.manifest.name.clone(),
                     message: "it is a remote-client-plugin, not a snapshot-plugin".into(),
+                    source: None,
                 }
                 .into())
             }
@@ -75,6 +76,7 @@ impl WasmSnapshot {
             return Err(PluginError::ContractViolation {
                 plugin: plugin.manifest.name.clone(),
                 message: format!("opened with id {id:?}, but id() returned {got_id:?}"),
+                source: None,
             }
             .into());
         }

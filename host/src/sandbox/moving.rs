@@ -2,7 +2,7 @@
 //! node), and cleaning up what a move had to leave behind. Which places a
 //! backend has is its own business: its provider says whether it can move
 //! at all, and its own front end (for Docker,
-//! `SandboxClient::resume_on_engine`) computes the target state.
+//! `EngineChoice::moved_state`) computes the target state.
 //!
 //! A move never loses work and never leaves two live instances writing
 //! one snapshot:

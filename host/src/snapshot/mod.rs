@@ -14,8 +14,8 @@ mod noop;
 mod remote;
 
 pub use dedup::{
-    ChangeKind, Changes, ChunkerParams, DedupOptions, DedupRecord, DedupSnapshot, GcReport,
-    Generation, GenerationNote, Keep, PackCache, PathChange, StopStats, TreeDiff,
+    ChangeKind, Changes, ChunkerParams, DedupOptions, DedupRecord, DedupSnapshot, FormatError,
+    GcReport, Generation, GenerationNote, Keep, PackCache, PathChange, StopStats, TreeDiff,
     DEFAULT_CACHE_BYTES, FORMAT_VERSION,
 };
 pub use local::LocalSnapshot;

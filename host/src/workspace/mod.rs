@@ -4,6 +4,7 @@
 
 pub mod archive;
 pub mod entries;
+mod entry_path;
 pub mod spec;
 pub mod tree;
 

@@ -33,7 +33,7 @@ pub fn items_of_tar<R: Read>(
             )));
         }
         let raw = entry.path_bytes().into_owned();
-        let path = match super::archive::normalise_bytes(&raw) {
+        let path = match super::entry_path::normalise_bytes(&raw) {
             Ok(p) => p,
             Err(e) => return Err(io::Error::other(e.to_string())),
         };
@@ -67,7 +67,7 @@ pub fn items_of_tar<R: Read>(
                     .link_name_bytes()
                     .map(|l| l.into_owned())
                     .unwrap_or_default();
-                super::archive::normalise_bytes(&target)
+                super::entry_path::normalise_bytes(&target)
                     .map_err(|e| io::Error::other(e.to_string()))?
             }
             _ => Vec::new(),

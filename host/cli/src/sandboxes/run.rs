@@ -50,15 +50,14 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let mut saved = load(&home, name)?;
     let mut sandbox = match &args.engine {
         Some(engine) => {
-            let moved = client(&home)
-                .resume_on_engine(
-                    saved.state.clone(),
-                    &EngineChoice::new(engine.clone()),
-                    None,
-                    options(&home, name, saved.compression, saved.freeze),
-                )
-                .await
-                .map_err(|e| {
+            let client = client(&home);
+            let options = options(&home, name, saved.compression, saved.freeze);
+            let state = saved.state.clone();
+            let moved = match EngineChoice::new(engine.clone()).moved_state(&state.backend)? {
+                Some(target) => client.move_to(state, target, None, options).await,
+                None => client.resume(state, None, options).await,
+            }
+            .map_err(|e| {
                     let portable = matches!(e, berth::SandboxError::NotPortable { .. });
                     let e = anyhow::Error::new(e);
                     if portable {

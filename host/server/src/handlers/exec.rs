@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 
 use crate::api::{self, ExecLine};
 use crate::http::{json_reply, read_json, stream_reply, ApiError, BoxError, Reply};
-use crate::routes::Call;
+use crate::route::Call;
 use crate::Inner;
 
 type Answer = BoxFuture<'static, Result<Reply, ApiError>>;

@@ -9,7 +9,7 @@ use http::StatusCode;
 
 use crate::api;
 use crate::http::{body_reader, json_reply, stream_reply, ApiError, BoxError, Reply};
-use crate::routes::Call;
+use crate::route::Call;
 use crate::Inner;
 
 type Answer = BoxFuture<'static, Result<Reply, ApiError>>;

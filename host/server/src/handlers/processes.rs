@@ -9,7 +9,7 @@ use futures::FutureExt;
 use super::exec::{ndjson, signal_of};
 use crate::api;
 use crate::http::{json_reply, read_json, ApiError, Reply};
-use crate::routes::Call;
+use crate::route::Call;
 use crate::Inner;
 
 type Answer = BoxFuture<'static, Result<Reply, ApiError>>;

@@ -13,7 +13,7 @@ use futures::FutureExt;
 use super::record;
 use crate::api;
 use crate::http::{bytes_reply, json_reply, read_json, ApiError, Reply};
-use crate::routes::Call;
+use crate::route::Call;
 use crate::Inner;
 
 type Answer = BoxFuture<'static, Result<Reply, ApiError>>;
@@ -31,9 +31,9 @@ pub(crate) fn version(_: Arc<Inner>, _: Call) -> Answer {
     .boxed()
 }
 
-pub(crate) fn openapi(_: Arc<Inner>, _: Call) -> Answer {
+pub(crate) fn openapi(inner: Arc<Inner>, _: Call) -> Answer {
     async move {
-        let doc = crate::openapi();
+        let doc = crate::openapi::document(&inner.routes);
         Ok(bytes_reply(
             Bytes::from(serde_json::to_vec_pretty(&doc).unwrap_or_default()),
             "application/json",

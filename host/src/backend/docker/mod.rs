@@ -144,22 +144,34 @@ fn op(
 /// else (connection refused, socket gone, timeout) means the daemon is not
 /// reachable, which never counts as "container gone".
 fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
+    service_error(BACKEND, operation, e, |other| BackendError::Unreachable {
+        backend: BACKEND,
+        message: format!(
+            "{operation}: cannot reach the Docker daemon; is dockerd running? Retry once it is back"
+        ),
+        source: Some(engine::root_cause(Box::new(other))),
+    })
+}
+
+/// An engine's error for `backend` (Docker or the swarm): an error status
+/// becomes `Service`, keeping the status and bollard's error as the
+/// source; anything else (no answer) is `otherwise`'s to say.
+pub(crate) fn service_error(
+    backend: &'static str,
+    operation: &'static str,
+    e: bollard::errors::Error,
+    otherwise: impl FnOnce(bollard::errors::Error) -> BackendError,
+) -> BackendError {
     match e {
         bollard::errors::Error::DockerResponseServerError { status_code, .. } => {
             BackendError::Service {
-                backend: BACKEND,
+                backend,
                 operation,
                 status: Some(status_code),
                 source: Box::new(e),
             }
         }
-        other => BackendError::Unreachable {
-            backend: BACKEND,
-            message: format!(
-                "{operation}: cannot reach the Docker daemon; is dockerd running? Retry once it is back"
-            ),
-            source: Some(engine::root_cause(Box::new(other))),
-        },
+        other => otherwise(other),
     }
 }
 

@@ -1,25 +1,20 @@
-//! Moving a Docker sandbox to another engine: the engine-specific front
-//! end of [`SandboxClient::move_to`].
+//! Moving a Docker sandbox to another engine: the engine's part of
+//! `SandboxClient::move_to` (which place the sandbox goes to; the
+//! lifecycle does the rest).
 
 use super::{describe_engine, DockerState, EngineChoice, KIND};
-use crate::backend::BackendState;
-use crate::sandbox::{
-    Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
-};
+use crate::backend::{BackendError, BackendState};
 
-impl SandboxClient {
-    /// Resumes a Docker sandbox on another engine (an endpoint or a Docker
-    /// context): the container is created there, and `start` restores the
-    /// workspace from the snapshot, which must be in a shared store (a
-    /// remote plugin such as the s3-store; a local-directory snapshot is
-    /// refused). If the old engine answers, the workspace is persisted
-    /// there first and the old container removed; if not, the sandbox
-    /// moves from its last snapshot and the old container is kept in
-    /// [`SandboxState::orphans`]. On the engine it already runs on, this is
-    /// [`SandboxClient::resume`]. See [`SandboxClient::move_to`].
+impl EngineChoice {
+    /// The backend state of a sandbox (`current`, its state now) moved to
+    /// this engine (an endpoint or a Docker context): a new container, not
+    /// yet created, with the same settings, name, workspace and binds.
+    /// `None` when it already runs on this engine. Refused for a sandbox of
+    /// another backend and for a container Berth did not create.
     ///
-    /// Hold the sandbox's lock (across processes, its `StateLock`), and
-    /// save the returned sandbox's state.
+    /// Hand the result to `SandboxClient::move_to`, whose `start` restores
+    /// the workspace there from the snapshot (which must be in a shared
+    /// store, such as the s3-store plugin), or resume as usual on `None`:
     ///
     /// ```no_run
     /// use berth::backend::docker::EngineChoice;
@@ -28,33 +23,34 @@ impl SandboxClient {
     /// let client = SandboxClient::new("/var/lib/my-agent/berth");
     /// let state = SandboxState::from_json(json)?;
     /// let target = EngineChoice::new("tcp://gpu2.internal:2376").tls_cert_path("/etc/berth/gpu2");
-    /// let mut sandbox = client
-    ///     .resume_on_engine(state, &target, None, Default::default())
-    ///     .await?;
+    /// let mut sandbox = match target.moved_state(&state.backend)? {
+    ///     Some(moved) => client.move_to(state, moved, None, Default::default()).await?,
+    ///     None => client.resume(state, None, Default::default()).await?,
+    /// };
     /// sandbox.start().await?; // restored there from the shared snapshot
     /// let moved = sandbox.state(); // names the new engine, and any orphan left
     /// # let _ = moved; Ok(()) }
     /// ```
-    pub async fn resume_on_engine(
+    pub fn moved_state(
         &self,
-        state: SandboxState,
-        target: &EngineChoice,
-        snapshot: Option<SnapshotSpec>,
-        options: SandboxOptions,
-    ) -> Result<Sandbox, SandboxError> {
-        let refuse = |reason: String| SandboxError::Move {
-            target: describe_engine(Some(target.reference())),
-            reason,
+        current: &BackendState,
+    ) -> Result<Option<BackendState>, BackendError> {
+        let refuse = |why: String| BackendError::Config {
+            backend: KIND,
+            message: format!(
+                "cannot move to {}: {why}",
+                describe_engine(Some(self.reference()))
+            ),
         };
-        if state.backend.kind != KIND {
+        if current.kind != KIND {
             return Err(refuse(format!(
                 "it runs on the {} backend; only Docker sandboxes run on engines",
-                state.backend.kind
+                current.kind
             )));
         }
-        let old: DockerState = state.backend.decode()?;
-        if target.is_engine_of(&old) {
-            return self.resume(state, snapshot, options).await;
+        let old: DockerState = current.decode()?;
+        if self.is_engine_of(&old) {
+            return Ok(None);
         }
         if !old.container_owned {
             return Err(refuse(format!(
@@ -62,7 +58,6 @@ impl SandboxClient {
                 old.container_name
             )));
         }
-        let moved = BackendState::encode(KIND, &target.apply_to(&old))?;
-        self.move_to(state, moved, snapshot, options).await
+        BackendState::encode(KIND, &self.apply_to(&old)).map(Some)
     }
 }

@@ -85,7 +85,7 @@ pub struct DockerState {
 }
 
 /// The engine a sandbox moves to (see
-/// `SandboxClient::resume_on_engine`): an endpoint or a Docker context's
+/// `EngineChoice::moved_state`): an endpoint or a Docker context's
 /// name, and for a `tcp://` endpoint the directory of its TLS files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineChoice {

@@ -7,7 +7,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use serde::{Deserialize, Serialize};
 
 use super::chunker::ChunkerParams;
-pub(super) use crate::store_error::FormatError;
+pub(super) use super::format_error::FormatError;
 use crate::workspace::tree::{self, EntryKind, FileIdentity, Timestamp, TreeEntry};
 
 /// A chunk's id: the BLAKE3 of its raw bytes.

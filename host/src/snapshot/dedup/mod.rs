@@ -18,6 +18,7 @@ mod chunker;
 mod delete;
 mod diff;
 mod format;
+mod format_error;
 mod gc;
 mod generations;
 mod packing;
@@ -45,8 +46,10 @@ use super::SandboxSnapshot;
 use crate::capped_writer::CappedWriter;
 use crate::remote_client::RemoteSnapshotClient;
 use crate::snapshot_id::SnapshotId;
-use crate::store_error::{FormatError, StorageError, StoreError};
+use crate::store_error::{StorageError, StoreError};
 use format::{names, Index, MAX_INDEX_BYTES};
+use format_error::damaged;
+pub use format_error::FormatError;
 
 /// A deduplicated snapshot's kind in the sandbox state. (Versions before
 /// 0.4 wrote `remote` with a `dedup` record; that reads as this kind.)
@@ -319,13 +322,10 @@ impl DedupSnapshot {
         })?;
         let index = self.index(&generation.index).await?;
         if index.header.version < 2 {
-            return Err(StoreError::Format {
-                object: generation.index,
-                source: FormatError::Malformed {
+            return Err(damaged(generation.index, FormatError::Malformed {
                     kind: "index",
                     why: format!("generation {number} was written in format version 1, which does not record its files; stop the sandbox once to write one that does"),
-                },
-            });
+                }));
         }
         Ok(index)
     }
@@ -346,10 +346,7 @@ impl DedupSnapshot {
             return Ok(i);
         }
         let bytes = self.fetch_small(object, MAX_INDEX_BYTES, "index").await?;
-        let index = Index::decode(&bytes).map_err(|source| StoreError::Format {
-            object: object.to_string(),
-            source,
-        })?;
+        let index = Index::decode(&bytes).map_err(|source| damaged(object.to_string(), source))?;
         let index = Arc::new(index);
         self.remember(object, index.clone());
         Ok(index)
@@ -371,13 +368,13 @@ impl DedupSnapshot {
         let mut sink = CappedWriter::new(Vec::new(), cap);
         let fetched = self.client.download(object, &mut sink).await;
         if sink.overran() {
-            return Err(StoreError::Format {
-                object: object.to_string(),
-                source: FormatError::Malformed {
+            return Err(damaged(
+                object.to_string(),
+                FormatError::Malformed {
                     kind,
                     why: format!("it is larger than the {cap} bytes an {kind} may be"),
                 },
-            });
+            ));
         }
         fetched?;
         Ok(sink.into_inner())

@@ -13,10 +13,11 @@ use tokio::sync::mpsc;
 
 use super::cache::hash_file;
 use super::format::{decode_chunk_with, names, Index, Segment, MAX_PACK_BYTES};
+use super::format_error::{damaged, FormatError};
 use super::record::Generation;
 use super::{is_not_found, DedupSnapshot};
 use crate::capped_writer::CappedWriter;
-use crate::store_error::{FormatError, StoreError};
+use crate::store_error::StoreError;
 
 /// Pack downloads in flight during a restore.
 const PACKS_IN_FLIGHT: usize = 3;
@@ -92,20 +93,17 @@ fn decode_all(
             continue;
         };
         let pack_name = &index.header.packs[entry.pack as usize];
-        let damaged = |source| {
+        let pack_damaged = |source| {
             if pack.cached {
                 tracing::warn!(pack = %pack_name, "a cached pack is damaged; removed it from the cache");
                 let _ = std::fs::remove_file(&pack.path);
             }
-            StoreError::Format {
-                object: pack_name.clone(),
-                source,
-            }
+            damaged(pack_name.clone(), source)
         };
         stored.resize(entry.location.stored_len as usize, 0);
         file.read_exact_at(&mut stored, entry.location.offset)
             .map_err(|_| {
-                damaged(FormatError::Malformed {
+                pack_damaged(FormatError::Malformed {
                     kind: "pack",
                     why: "a chunk the index names lies past its end".into(),
                 })
@@ -117,7 +115,7 @@ fn decode_all(
             &stored,
             &mut raw,
         )
-        .map_err(damaged)?;
+        .map_err(pack_damaged)?;
         if v1 {
             tar.update(&raw);
         }
@@ -188,10 +186,7 @@ impl DedupSnapshot {
             return self.client.download(self.id.as_str(), sink).await;
         };
         let index = self.index(&generation.index).await?;
-        let format_error = |source| StoreError::Format {
-            object: generation.index.clone(),
-            source,
-        };
+        let format_error = |source| damaged(generation.index.clone(), source);
         if index.header.tar_digest != generation.digest || index.header.tar_size != generation.size
         {
             return Err(format_error(FormatError::Archive(format!(
@@ -266,13 +261,13 @@ impl DedupSnapshot {
     /// downloaded (at most [`MAX_PACK_BYTES`]).
     async fn fetch_pack(&self, name: &str) -> Result<LocalPack, StoreError> {
         let Some((_, expected)) = names::parse_pack(name) else {
-            return Err(StoreError::Format {
-                object: name.to_string(),
-                source: FormatError::Malformed {
+            return Err(damaged(
+                name.to_string(),
+                FormatError::Malformed {
                     kind: "pack",
                     why: "not a pack name".into(),
                 },
-            });
+            ));
         };
         if let Some(cache) = self.options.cache.clone() {
             let lookup = name.to_string();
@@ -297,20 +292,17 @@ impl DedupSnapshot {
         let mut sink = CappedWriter::new(tokio::fs::File::from_std(file), MAX_PACK_BYTES);
         let downloaded = self.client.download(name, &mut sink).await;
         if sink.overran() {
-            return Err(StoreError::Format {
-                object: name.to_string(),
-                source: FormatError::Malformed {
+            return Err(damaged(
+                name.to_string(),
+                FormatError::Malformed {
                     kind: "pack",
                     why: format!("it is larger than the {MAX_PACK_BYTES} bytes a pack may be"),
                 },
-            });
+            ));
         }
         downloaded.map_err(|e| {
             if is_not_found(&e) {
-                StoreError::Format {
-                    object: name.to_string(),
-                    source: FormatError::Missing,
-                }
+                damaged(name.to_string(), FormatError::Missing)
             } else {
                 e
             }
@@ -328,13 +320,13 @@ impl DedupSnapshot {
                 source,
             })?;
         if actual.to_hex().as_str() != expected {
-            return Err(StoreError::Format {
-                object: name.to_string(),
-                source: FormatError::Checksum {
+            return Err(damaged(
+                name.to_string(),
+                FormatError::Checksum {
                     expected: expected.to_string(),
                     actual: actual.to_hex().to_string(),
                 },
-            });
+            ));
         }
         match &self.options.cache {
             Some(cache) => match cache.admit(temp, name) {

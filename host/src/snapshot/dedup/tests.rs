@@ -275,10 +275,8 @@ async fn a_damaged_index_or_a_mismatched_record_is_refused() {
     assert!(
         matches!(
             &e,
-            StoreError::Format {
-                source: FormatError::Checksum { .. },
-                ..
-            }
+            StoreError::Format { source, .. }
+                if matches!(source.downcast_ref(), Some(FormatError::Checksum { .. }))
         ),
         "{e}"
     );

@@ -41,24 +41,16 @@ fn unreachable(message: String, source: Option<BackendError>) -> BackendError {
 /// kept (so "not found" is told apart); anything else means the manager
 /// stopped answering.
 fn swarm_error(operation: &'static str, e: bollard::errors::Error) -> BackendError {
-    match e {
-        bollard::errors::Error::DockerResponseServerError { status_code, .. } => {
-            BackendError::Service {
-                backend: BACKEND,
-                operation,
-                status: Some(status_code),
-                source: Box::new(e),
-            }
-        }
-        other => unreachable(
+    crate::backend::docker::service_error(BACKEND, operation, e, |other| {
+        unreachable(
             format!("{operation}: the swarm manager stopped answering"),
             Some(BackendError::Operation {
                 backend: BACKEND,
                 operation,
                 source: Box::new(other),
             }),
-        ),
-    }
+        )
+    })
 }
 
 async fn timed<T>(

@@ -28,7 +28,7 @@ mod signature;
 pub use cache::BlobCache;
 pub use credentials::Credentials;
 pub use layout::{CONFIG_TYPE, LAYER_TYPE, MANIFEST_TYPE};
-pub use reference::{Digest, OciReference, SCHEME};
+pub use reference::{Digest, OciReference, ReferenceError, SCHEME};
 pub use signature::CosignKey;
 
 use std::collections::HashMap;
@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::plugin::manifest::World;
+use crate::contract::World;
 use client::{Payload, RegistryClient};
 use layout::Descriptor;
 
@@ -698,5 +698,5 @@ fn refused(reference: &OciReference, reason: String) -> RegistryError {
 }
 
 fn parse_digest(s: &str, reference: &OciReference) -> Result<Digest, RegistryError> {
-    Digest::parse(s).map_err(|reason| refused(reference, reason))
+    Digest::parse(s).map_err(|reason| refused(reference, reason.reason))
 }

@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::reference::Digest;
-use crate::plugin::manifest::World;
-use crate::plugin::{CONTRACT_PACKAGE, CONTRACT_VERSION};
+use crate::contract::World;
+use crate::contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 
 /// The manifest media type.
 pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";

@@ -93,7 +93,7 @@ pub(crate) fn save(
             }
         })?;
         for blob in [&manifest.config, &manifest.layers[0]] {
-            let d = Digest::parse(&blob.digest).map_err(RegistryError::Archive)?;
+            let d = Digest::parse(&blob.digest).map_err(|e| RegistryError::Archive(e.reason))?;
             if !written.insert(d.clone()) {
                 continue;
             }
@@ -230,14 +230,16 @@ pub(crate) fn load(
             })?;
         let blobs: [&Descriptor; 2] = [&manifest.config, &manifest.layers[0]];
         for b in blobs {
-            if !present(&b.digest) && !cache.contains(&Digest::parse(&b.digest).map_err(bad)?) {
+            if !present(&b.digest)
+                && !cache.contains(&Digest::parse(&b.digest).map_err(|e| bad(e.reason))?)
+            {
                 return Err(bad(format!(
                     "manifest {} needs blob {}, which the archive lacks",
                     m.digest, b.digest
                 )));
             }
         }
-        let digest = Digest::parse(&m.digest).map_err(bad)?;
+        let digest = Digest::parse(&m.digest).map_err(|e| bad(e.reason))?;
         match m
             .annotations
             .get(REF_NAME)

@@ -7,13 +7,36 @@ use std::str::FromStr;
 /// The scheme every reference starts with.
 pub const SCHEME: &str = "oci://";
 
+/// Why a text is not a plugin reference (or a digest).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct ReferenceError {
+    /// The text given.
+    pub given: String,
+    /// What is wrong with it, and how to write it.
+    pub reason: String,
+}
+
+impl ReferenceError {
+    fn new(given: &str, reason: String) -> Self {
+        ReferenceError {
+            given: given.to_string(),
+            reason,
+        }
+    }
+}
+
 /// A `sha256:` digest: 64 lower-case hex digits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Digest(String);
 
 impl Digest {
     /// Parses `sha256:<64 lower-case hex>`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, ReferenceError> {
+        Self::parse_text(s).map_err(|reason| ReferenceError::new(s, reason))
+    }
+
+    fn parse_text(s: &str) -> Result<Self, String> {
         let hex = s.strip_prefix("sha256:").ok_or_else(|| {
             format!("{s:?} is not a sha256 digest (sha256:<64 hex digits>); other algorithms are not accepted")
         })?;
@@ -153,16 +176,22 @@ fn valid_host(host: &str) -> Result<(), String> {
 }
 
 impl FromStr for OciReference {
-    type Err = String;
+    type Err = ReferenceError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, ReferenceError> {
+        OciReference::parse_text(s).map_err(|reason| ReferenceError::new(s, reason))
+    }
+}
+
+impl OciReference {
+    fn parse_text(s: &str) -> Result<Self, String> {
         let rest = s
             .strip_prefix(SCHEME)
             .ok_or_else(|| format!("{s:?} is not a registry reference: it starts with oci://"))?;
         let (rest, digest) = match rest.split_once('@') {
             Some((r, d)) => (
                 r,
-                Some(Digest::parse(d).map_err(|e| format!("{s:?}: {e}"))?),
+                Some(Digest::parse_text(d).map_err(|e| format!("{s:?}: {e}"))?),
             ),
             None => (rest, None),
         };
@@ -256,7 +285,8 @@ mod tests {
         ];
         for (s, want) in cases {
             let e = s.parse::<OciReference>().unwrap_err();
-            assert!(e.contains(want), "{s}: {e}");
+            assert_eq!(e.given, s);
+            assert!(e.reason.contains(want), "{s}: {e}");
         }
     }
 

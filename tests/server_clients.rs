@@ -1,0 +1,69 @@
+//! The clients of other languages against a real server: the Python client's
+//! own tests, and the Agents SDK provider persisting and resuming in a fresh
+//! process.
+
+use super::*;
+
+/// The Python client's own tests (`host/python/tests`), against a real
+/// server with real Docker sandboxes.
+#[tokio::test]
+async fn the_python_client_works_against_a_real_server() {
+    let Some(_docker) = docker_or_skip("server::python_client").await else {
+        return;
+    };
+    let _shared = berth_tests::DOCKERD.read().await;
+    let served = Served::start(&[]);
+    let python = repo_root().join("host/python");
+    let out = Command::new("python3")
+        .current_dir(&python)
+        .env("BERTH_SOCKET", &served.socket)
+        .env("BERTH_TEST_IMAGE", test_image())
+        .env("BERTH_HOME", served.home())
+        .args(["-m", "unittest", "-v", "tests.test_client"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{}{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(stderr.contains("OK"), "{stderr}");
+}
+
+/// The OpenAI Agents SDK provider (`host/python/berth_agents`), driven
+/// through the SDK's own session and tools (shell, PTY, apply_patch,
+/// reads and writes, escapes refused), persisted, its container removed,
+/// and resumed from the SDK's serialised state in a fresh Python process.
+/// Runs in the venv `cargo xtask setup` makes with the pinned SDK.
+#[tokio::test]
+async fn the_agents_sdk_provider_persists_and_resumes_in_a_fresh_process() {
+    let Some(_docker) = docker_or_skip("server::agents_sdk").await else {
+        return;
+    };
+    let python = repo_root().join("target/py-agents/bin/python");
+    if !python.exists() {
+        let why = format!(
+            "{} is missing: `cargo xtask setup` makes it (openai-agents, pinned in host/python/requirements-agents.txt)",
+            python.display()
+        );
+        assert!(!berth_tests::docker_required(), "{why}");
+        berth_tests::skipped("server::agents_sdk", &why);
+        return;
+    }
+    let _shared = berth_tests::DOCKERD.read().await;
+    let served = Served::start(&[]);
+    let out = Command::new(&python)
+        .current_dir(repo_root().join("host/python"))
+        .env("BERTH_SOCKET", &served.socket)
+        .env("BERTH_TEST_IMAGE", test_image())
+        .args(["-m", "unittest", "-v", "tests.test_agents_provider"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{}{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
