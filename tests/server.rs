@@ -757,3 +757,6 @@ mod cli_through_server;
 
 #[path = "server_clients.rs"]
 mod clients;
+
+#[path = "server_files.rs"]
+mod files;

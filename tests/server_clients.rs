@@ -12,11 +12,29 @@ async fn the_python_client_works_against_a_real_server() {
         return;
     };
     let _shared = berth_tests::DOCKERD.read().await;
-    let served = Served::start(&[]);
+    // Also on loopback TCP with a token and a small file limit, for the
+    // client's Unauthorized and TooLarge (a limit far above what the other
+    // tests write, and far enough that the refusal comes mid-body).
+    let port = free_port();
+    let token_dir = tempfile::tempdir().unwrap();
+    let token = "fedcba9876543210fedcba9876543210";
+    let token_file = token_dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let served = Served::start(&[
+        "--listen",
+        &port.to_string(),
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--max-file",
+        "8MiB",
+    ]);
     let python = repo_root().join("host/python");
     let out = Command::new("python3")
         .current_dir(&python)
         .env("BERTH_SOCKET", &served.socket)
+        .env("BERTH_TCP_URL", format!("http://127.0.0.1:{port}"))
+        .env("BERTH_TOKEN", token)
+        .env("BERTH_MAX_FILE", (8 << 20).to_string())
         .env("BERTH_TEST_IMAGE", test_image())
         .env("BERTH_HOME", served.home())
         .args(["-m", "unittest", "-v", "tests.test_client"])
@@ -29,6 +47,8 @@ async fn the_python_client_works_against_a_real_server() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(stderr.contains("OK"), "{stderr}");
+    // Every class ran: none skipped for want of the TCP server.
+    assert!(!stderr.contains("skipped"), "{stderr}");
 }
 
 /// The OpenAI Agents SDK provider (`host/python/berth_agents`), driven

@@ -55,7 +55,7 @@ impl ArchiveDir {
 
     /// Where the archive of `id` lives.
     pub(crate) fn archive_path(&self, id: &SnapshotId) -> PathBuf {
-        self.dir.join(format!("{id}.tar"))
+        archive_in(&self.dir, id.as_str())
     }
 
     /// Streams `source` to its end into a new archive for `id`, replacing any
@@ -255,6 +255,25 @@ fn lock_exclusive(file: &impl std::os::fd::AsRawFd, try_only: bool) -> io::Resul
 /// The partial archives under `dir/.partial` whose writers are gone: files
 /// no process holds locked (a writer holds its file locked until it
 /// commits or removes it), sorted.
+/// `<dir>/<id>.tar`: the one place the archive layout is spelled.
+pub(crate) fn archive_in(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.tar"))
+}
+
+/// The whole archives in `dir` (its `<id>.tar` files), sorted.
+pub(crate) fn archives(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tar") && p.is_file())
+        .collect();
+    found.sort();
+    found
+}
+
 pub(crate) fn abandoned_partials(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir.join(".partial")) else {
         return Vec::new();

@@ -299,11 +299,20 @@ class Berth:
                 headers["Content-Length"] = str(length)
         conn = self._connection()
         try:
-            if data is not None and not isinstance(data, (bytes, bytearray)) and length is None:
-                conn.request(method, path, body=_chunks(data), headers=headers, encode_chunked=True)
+            try:
+                if data is not None and not isinstance(data, (bytes, bytearray)) and length is None:
+                    conn.request(method, path, body=_chunks(data), headers=headers, encode_chunked=True)
+                else:
+                    conn.request(method, path, body=data, headers=headers)
+            except (BrokenPipeError, ConnectionResetError) as cut:
+                # The server refused the body part-way (over a limit) and
+                # closed: its reply, already sent, says why.
+                try:
+                    response = conn.getresponse()
+                except (OSError, http.client.HTTPException):
+                    raise cut from None
             else:
-                conn.request(method, path, body=data, headers=headers)
-            response = conn.getresponse()
+                response = conn.getresponse()
         except BaseException:
             conn.close()
             raise

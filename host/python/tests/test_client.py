@@ -12,7 +12,18 @@ import time
 import unittest
 import uuid
 
-from berth_client import Berth, Conflict, NotFound, PathRefused
+from berth_client import (
+    Berth,
+    BerthError,
+    Conflict,
+    NotFound,
+    PathRefused,
+    PlacementFailed,
+    Stale,
+    TooLarge,
+    Unauthorized,
+    _error_class,
+)
 
 from tests import find_key
 
@@ -183,6 +194,63 @@ class ClientTest(unittest.TestCase):
             self.berth.create(self.name, backend="docker", image=IMAGE)
         names = [s["name"] for s in self.berth.sandboxes()]
         self.assertIn(self.name, names)
+
+
+class TcpAndLimitsTest(unittest.TestCase):
+    """A server on loopback TCP with a token and a file-size limit
+    (tests/server.rs starts it and names it in BERTH_TCP_URL, BERTH_TOKEN
+    and BERTH_MAX_FILE)."""
+
+    @classmethod
+    def setUpClass(cls):
+        url = os.environ.get("BERTH_TCP_URL")
+        if not url:
+            raise unittest.SkipTest("no TCP server given (BERTH_TCP_URL)")
+        cls.url = url
+        cls.token = os.environ["BERTH_TOKEN"]
+        cls.limit = int(os.environ["BERTH_MAX_FILE"])
+        cls.berth = Berth(url=url, token=cls.token)
+
+    def test_a_a_missing_or_wrong_token_is_unauthorized(self):
+        for token in (None, "wrong", self.token + "x", self.token[:-1] + "0"):
+            if token == self.token:
+                continue
+            with self.assertRaises(Unauthorized):
+                Berth(url=self.url, token=token).sandboxes()
+        self.assertIsInstance(self.berth.sandboxes(), list)
+
+    def test_b_a_file_over_the_limit_is_too_large_and_writes_nothing(self):
+        box = self.berth.create("py-lim-" + uuid.uuid4().hex[:8], snapshot="noop")
+        try:
+            with self.assertRaises(TooLarge):
+                box.files.write("big.bin", b"x" * (self.limit + 1))
+            self.assertFalse(box.files.exists("big.bin"))
+            box.files.write("ok.bin", b"y" * self.limit)
+            self.assertEqual(box.files.stat("ok.bin").size, self.limit)
+        finally:
+            box.remove()
+
+
+class ErrorMappingTest(unittest.TestCase):
+    """Which exception a status and an error code raise (pure logic: a
+    stale instance needs a scheduler that lost a node, which the swarm
+    tests produce in Rust)."""
+
+    def test_statuses_and_codes_map_to_their_classes(self):
+        cases = [
+            (401, "unauthorized", Unauthorized),
+            (403, "path_refused", PathRefused),
+            (413, "too_large", TooLarge),
+            (400, "too_large", TooLarge),
+            (409, "stale", Stale),
+            (409, "exists", Conflict),
+            (404, "not_found", NotFound),
+            (503, "placement", PlacementFailed),
+            (500, "internal", BerthError),
+        ]
+        for status, code, cls in cases:
+            self.assertIs(_error_class(status, code), cls, (status, code))
+        self.assertTrue(issubclass(Stale, Conflict))
 
 
 if __name__ == "__main__":

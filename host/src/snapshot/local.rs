@@ -17,6 +17,9 @@ pub struct LocalSnapshot {
 }
 
 impl LocalSnapshot {
+    /// The kind's name, in the sandbox state.
+    pub const KIND: &'static str = "local";
+
     /// The snapshot `id` under `base_dir`.
     pub fn new(id: SnapshotId, base_dir: impl Into<PathBuf>) -> Result<Self, StorageError> {
         Ok(LocalSnapshot {
@@ -43,6 +46,16 @@ impl LocalSnapshot {
     pub fn abandoned_partials(base_dir: &Path) -> Vec<PathBuf> {
         crate::archive_dir::abandoned_partials(base_dir)
     }
+
+    /// Where the archive of snapshot `id` under `base_dir` lives.
+    pub fn archive_of(base_dir: &Path, id: &str) -> PathBuf {
+        crate::archive_dir::archive_in(base_dir, id)
+    }
+
+    /// The whole archives under `base_dir`, sorted.
+    pub fn archives_in(base_dir: &Path) -> Vec<PathBuf> {
+        crate::archive_dir::archives(base_dir)
+    }
 }
 
 #[async_trait::async_trait]
@@ -52,7 +65,7 @@ impl SandboxSnapshot for LocalSnapshot {
     }
 
     fn kind(&self) -> &str {
-        "local"
+        Self::KIND
     }
 
     fn persistence_enabled(&self) -> bool {

@@ -1,6 +1,5 @@
 //! `berth rm` and `berth gc [--orphans]`: removing sandboxes and what they stored.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -162,56 +161,14 @@ pub async fn gc_orphans(yes: bool) -> anyhow::Result<ExitCode> {
     let verb = if dry_run { "would delete" } else { "deleted" };
     let mut found = 0usize;
     let mut failed = false;
-    // Local archives: every file here is Berth's; those no sandbox's
-    // snapshot names are orphans.
-    let snapshots = home.join("snapshots");
-    let owned: std::collections::BTreeSet<PathBuf> = known
-        .iter()
-        .filter(|s| s.state.snapshot.kind == "local")
-        .filter_map(|s| {
-            let base = s.state.snapshot.base_dir.as_ref()?;
-            Some(base.join(format!("{}.tar", s.state.snapshot.id)))
-        })
-        .collect();
-    if let Ok(rd) = std::fs::read_dir(&snapshots) {
-        let mut files: Vec<PathBuf> = rd
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "tar") && p.is_file())
-            .collect();
-        files.sort();
-        for file in files {
-            if owned.contains(&file) {
-                continue;
-            }
-            found += 1;
-            if !dry_run {
-                std::fs::remove_file(&file)
-                    .with_context(|| format!("deleting {}", file.display()))?;
-            }
-            println!("{verb} {} (no sandbox uses it)", file.display());
+    // Local snapshot files no sandbox uses: the library says which.
+    for orphan in named(&home).orphan_files(&known) {
+        found += 1;
+        if !dry_run {
+            std::fs::remove_file(&orphan.path)
+                .with_context(|| format!("deleting {}", orphan.path.display()))?;
         }
-    }
-    // Archives a killed stop left unfinished (a cancelled one removes its
-    // own): those no live writer holds.
-    let mut bases: std::collections::BTreeSet<PathBuf> = known
-        .iter()
-        .filter(|s| s.state.snapshot.kind == "local")
-        .filter_map(|s| s.state.snapshot.base_dir.clone())
-        .collect();
-    bases.insert(snapshots.clone());
-    for base in bases {
-        for partial in berth::snapshot::LocalSnapshot::abandoned_partials(&base) {
-            found += 1;
-            if !dry_run {
-                std::fs::remove_file(&partial)
-                    .with_context(|| format!("deleting {}", partial.display()))?;
-            }
-            println!(
-                "{verb} {} (an unfinished archive of a stop that was killed)",
-                partial.display()
-            );
-        }
+        println!("{verb} {} ({})", orphan.path.display(), orphan.reason);
     }
     // Generations kept for forks: collected once no known fork starts
     // from them.
