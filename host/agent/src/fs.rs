@@ -415,6 +415,9 @@ fn copy(mut from: impl Read, to: &mut impl Write, cap: u64) -> Result<u64, Failu
 /// container's agent gone with the host) leaves nothing behind. Where the
 /// filesystem has no `O_TMPFILE`, a named temporary file is used and
 /// removed on every failure this process lives to see.
+// Kept as one function: temp file, copy, fsync, rename, fsync the directory:
+// each step's failure must remove the temp file, which is clearest in one
+// body.
 fn write_atomically(
     root: &OwnedFd,
     rel: &Path,

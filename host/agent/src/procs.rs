@@ -60,6 +60,9 @@ pub(crate) fn main(args: &[String]) -> i32 {
     }
 }
 
+// Kept as one function: one match arm per `proc` operation (start,
+// supervise, list, logs, kill, wait, rm), each a few lines; its length is the
+// list.
 fn run(dir: &Path, op: &str, args: &[String]) -> Result<i32, Failure> {
     let arg = |i: usize, what: &str| {
         args.get(i)

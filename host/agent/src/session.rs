@@ -252,6 +252,10 @@ fn open_pty(rows: u16, cols: u16) -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((master, slave))
 }
 
+/// Runs one command and reports it to the host: its output as it comes
+/// (each stream capped), stdin as the host sends it, then its exit. In
+/// steps: the command (`prepare`), its stdin (`forward_stdin`), its output
+/// and exit (`collect`), and a session's new state.
 fn run(
     out: &Arc<Out>,
     sessions: &Mutex<HashMap<String, Session>>,
@@ -270,111 +274,17 @@ fn run(
             })
             .clone()
     });
-    let mut cmd = Command::new("sh");
-    let mut pty_master = None;
-    if request.pty != (0, 0) {
-        let (master, slave) = match open_pty(request.pty.0, request.pty.1) {
-            Ok(p) => p,
-            Err(e) => {
-                out.send(
-                    Kind::Error,
-                    id,
-                    format!("cannot open a terminal: {e}").into_bytes(),
-                );
-                return;
-            }
-        };
-        let (Ok(a), Ok(b)) = (slave.try_clone(), slave.try_clone()) else {
-            out.send(Kind::Error, id, b"cannot duplicate the terminal".to_vec());
+    let Prepared {
+        mut cmd,
+        pty_master,
+        state_pipe,
+    } = match prepare(&request, session.as_ref(), job, stdin.is_some()) {
+        Ok(p) => p,
+        Err(why) => {
+            out.send(Kind::Error, id, why.into_bytes());
             return;
-        };
-        cmd.stdin(Stdio::from(slave))
-            .stdout(Stdio::from(a))
-            .stderr(Stdio::from(b));
-        // SAFETY: setsid and ioctl are async-signal-safe; the new session
-        // takes the terminal (now fd 0) as its controlling one.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
         }
-        cmd.env(
-            "TERM",
-            std::env::var("TERM").unwrap_or_else(|_| "xterm".into()),
-        );
-        job.pty.store(master.as_raw_fd(), Ordering::SeqCst);
-        pty_master = Some(master);
-    } else {
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    }
-    // The out-of-memory killer takes the command before the agent (raising
-    // one's own score needs no privilege).
-    // SAFETY: open, write and close are async-signal-safe; nothing is
-    // allocated between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
-            if fd >= 0 {
-                libc::write(fd, b"1000".as_ptr().cast(), 4);
-                libc::close(fd);
-            }
-            Ok(())
-        });
-    }
-    let mut state_pipe = None;
-    match &session {
-        None => {
-            cmd.arg("-c")
-                .arg(&request.command)
-                .current_dir(&request.cwd);
-        }
-        Some(s) => {
-            let (reader, writer) = match pipe() {
-                Ok(p) => p,
-                Err(e) => {
-                    out.send(
-                        Kind::Error,
-                        id,
-                        format!("cannot make a pipe: {e}").into_bytes(),
-                    );
-                    return;
-                }
-            };
-            let fd = writer.as_raw_fd();
-            // SAFETY: dup2 is async-signal-safe; it runs between fork and
-            // exec and only makes the pipe's write end fd 3.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::dup2(fd, 3) < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-            cmd.env_clear()
-                .envs(s.env.iter().map(|(k, v)| (k, v)))
-                .current_dir(&s.cwd)
-                .arg("-c")
-                .arg(SESSION_WRAPPER)
-                .arg("berth-session")
-                .arg(&request.command);
-            state_pipe = Some((reader, writer));
-        }
-    }
-    cmd.envs(request.env.iter().map(|(k, v)| (k, v)));
+    };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -401,8 +311,7 @@ fn run(
     });
     let pid = child.id() as i32;
     job.pid.store(pid, Ordering::SeqCst);
-    // Stdin: to the pipe, or to the terminal; each chunk acknowledged once
-    // it is handed over, the end of it closing the pipe.
+    // Stdin: to the pipe, or to the terminal.
     let stdin_sink: Option<Box<dyn Write + Send>> = match (&pty_master, child.stdin.take()) {
         (Some(master), _) => master
             .try_clone()
@@ -411,48 +320,229 @@ fn run(
         (None, Some(pipe)) => Some(Box::new(pipe)),
         (None, None) => None,
     };
-    if let (Some(mut sink), Some(inbox)) = (stdin_sink, stdin) {
-        let out = Arc::clone(out);
-        std::thread::spawn(move || {
-            let mut broken = false;
-            while let Ok(chunk) = inbox.recv() {
-                if chunk.is_empty() {
-                    break;
-                }
-                if !broken && sink.write_all(&chunk).is_err() {
-                    // The command closed its stdin: the rest is dropped.
-                    broken = true;
-                }
-                out.send(Kind::StdinAck, id, Vec::new());
-            }
-        });
+    if let (Some(sink), Some(inbox)) = (stdin_sink, stdin) {
+        forward_stdin(Arc::clone(out), id, sink, inbox);
     }
-    let (events, inbox) = mpsc::channel();
     let terminal_output = pty_master
         .as_ref()
         .and_then(|m| m.try_clone().ok())
         .map(|fd| Box::new(std::fs::File::from(fd)) as Box<dyn Read + Send>);
-    let streams = [
-        (
-            match terminal_output {
-                Some(t) => Some(t),
-                None => child
-                    .stdout
-                    .take()
-                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
-            },
-            Kind::Stdout,
-            request.stdout_cap,
-        ),
-        (
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-            Kind::Stderr,
-            request.stderr_cap,
-        ),
-    ];
+    let stdout = match terminal_output {
+        Some(t) => Some(t),
+        None => child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    };
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| Box::new(s) as Box<dyn Read + Send>);
+    let deadline = started + Duration::from_millis(request.timeout_ms);
+    let ended = collect(
+        out,
+        id,
+        child,
+        [
+            (stdout, Kind::Stdout, request.stdout_cap),
+            (stderr, Kind::Stderr, request.stderr_cap),
+        ],
+        deadline,
+    );
+    let timed_out = ended.timed_out || job.killed.load(Ordering::SeqCst);
+    let code = if timed_out {
+        TIMEOUT_EXIT_CODE
+    } else {
+        match ended.status {
+            Some(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+            None => -1,
+        }
+    };
+    if let (Some(reader), Some(name)) = (state_reader, session.as_ref().map(|_| &request.session)) {
+        let text = reader.join().unwrap_or_default();
+        if !timed_out {
+            if let Some(state) = parse_session_state(&text) {
+                sessions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name.clone(), state);
+            }
+        }
+    }
+    job.pty.store(-1, Ordering::SeqCst);
+    drop(pty_master);
+    out.send(
+        Kind::Exit,
+        id,
+        ExitReport {
+            code,
+            timed_out,
+            stdout_dropped: ended.dropped.0,
+            stderr_dropped: ended.dropped.1,
+        }
+        .encode(),
+    );
+}
+
+/// A command ready to spawn, with what must outlive the spawn: the
+/// terminal's host side, and a session's state pipe (read end, write end).
+struct Prepared {
+    cmd: Command,
+    pty_master: Option<OwnedFd>,
+    state_pipe: Option<(OwnedFd, OwnedFd)>,
+}
+
+/// The `sh -c` for `request`: on a terminal of its own (a new session that
+/// takes it as its controlling terminal) or on pipes in a process group of
+/// its own; the first the out-of-memory killer takes; in `session`'s
+/// directory and environment, its state written to fd 3 when it ends.
+/// `Err` is the line the host gets.
+fn prepare(
+    request: &RunRequest,
+    session: Option<&Session>,
+    job: &Job,
+    has_stdin: bool,
+) -> Result<Prepared, String> {
+    let mut cmd = Command::new("sh");
+    let mut pty_master = None;
+    if request.pty != (0, 0) {
+        let (master, slave) = open_pty(request.pty.0, request.pty.1)
+            .map_err(|e| format!("cannot open a terminal: {e}"))?;
+        let (Ok(a), Ok(b)) = (slave.try_clone(), slave.try_clone()) else {
+            return Err("cannot duplicate the terminal".into());
+        };
+        cmd.stdin(Stdio::from(slave))
+            .stdout(Stdio::from(a))
+            .stderr(Stdio::from(b));
+        // SAFETY: setsid and ioctl are async-signal-safe; the new session
+        // takes the terminal (now fd 0) as its controlling one.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.env(
+            "TERM",
+            std::env::var("TERM").unwrap_or_else(|_| "xterm".into()),
+        );
+        job.pty.store(master.as_raw_fd(), Ordering::SeqCst);
+        pty_master = Some(master);
+    } else {
+        cmd.stdin(if has_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    }
+    // The out-of-memory killer takes the command before the agent (raising
+    // one's own score needs no privilege).
+    // SAFETY: open, write and close are async-signal-safe; nothing is
+    // allocated between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+            if fd >= 0 {
+                libc::write(fd, b"1000".as_ptr().cast(), 4);
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    let mut state_pipe = None;
+    match session {
+        None => {
+            cmd.arg("-c")
+                .arg(&request.command)
+                .current_dir(&request.cwd);
+        }
+        Some(s) => {
+            let (reader, writer) = pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+            let fd = writer.as_raw_fd();
+            // SAFETY: dup2 is async-signal-safe; it runs between fork and
+            // exec and only makes the pipe's write end fd 3.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::dup2(fd, 3) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            cmd.env_clear()
+                .envs(s.env.iter().map(|(k, v)| (k, v)))
+                .current_dir(&s.cwd)
+                .arg("-c")
+                .arg(SESSION_WRAPPER)
+                .arg("berth-session")
+                .arg(&request.command);
+            state_pipe = Some((reader, writer));
+        }
+    }
+    cmd.envs(request.env.iter().map(|(k, v)| (k, v)));
+    Ok(Prepared {
+        cmd,
+        pty_master,
+        state_pipe,
+    })
+}
+
+/// Hands the host's stdin chunks to `sink`, acknowledging each once it is
+/// handed over; an empty chunk ends stdin (closing the pipe).
+fn forward_stdin(
+    out: Arc<Out>,
+    id: u32,
+    mut sink: Box<dyn Write + Send>,
+    inbox: mpsc::Receiver<Vec<u8>>,
+) {
+    std::thread::spawn(move || {
+        let mut broken = false;
+        while let Ok(chunk) = inbox.recv() {
+            if chunk.is_empty() {
+                break;
+            }
+            if !broken && sink.write_all(&chunk).is_err() {
+                // The command closed its stdin: the rest is dropped.
+                broken = true;
+            }
+            out.send(Kind::StdinAck, id, Vec::new());
+        }
+    });
+}
+
+/// One of a command's output streams (none when it has no such stream),
+/// its kind on the wire and its cap in bytes.
+type Stream = (Option<Box<dyn Read + Send>>, Kind, u64);
+
+/// How a command ended, as far as `collect` saw it.
+struct Ended {
+    status: Option<std::process::ExitStatus>,
+    timed_out: bool,
+    /// Bytes of stdout and stderr past their caps.
+    dropped: (u64, u64),
+}
+
+/// Sends each stream to the host as it is read (up to its cap; the rest
+/// is counted), waits for the exit, and past `deadline` kills the
+/// command's tree — and once more, ten seconds on, gives up on streams
+/// that something outside the tree still holds open.
+fn collect(
+    out: &Arc<Out>,
+    id: u32,
+    mut child: std::process::Child,
+    streams: [Stream; 2],
+    deadline: Instant,
+) -> Ended {
+    let pid = child.id() as i32;
+    let (events, inbox) = mpsc::channel();
     std::thread::scope(|scope| {
         for (stream, kind, cap) in streams {
             let Some(mut stream) = stream else {
@@ -487,29 +577,30 @@ fn run(
             }
         });
         drop(events);
-        let deadline = started + Duration::from_millis(request.timeout_ms);
-        let mut status = None;
+        let mut ended = Ended {
+            status: None,
+            timed_out: false,
+            dropped: (0, 0),
+        };
         let mut done = 0;
-        let mut timed_out = false;
-        let mut dropped = (0u64, 0u64);
-        while status.is_none() || done < 2 {
-            let wait = if timed_out {
+        while ended.status.is_none() || done < 2 {
+            let wait = if ended.timed_out {
                 Duration::from_secs(10)
             } else {
                 deadline.saturating_duration_since(Instant::now())
             };
             match inbox.recv_timeout(wait) {
-                Ok(Event::Exited(s)) => status = Some(s),
+                Ok(Event::Exited(s)) => ended.status = Some(s),
                 Ok(Event::StreamDone(kind, n)) => {
                     done += 1;
                     if kind == Kind::Stdout {
-                        dropped.0 = n;
+                        ended.dropped.0 = n;
                     } else {
-                        dropped.1 = n;
+                        ended.dropped.1 = n;
                     }
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) if !timed_out => {
-                    timed_out = true;
+                Err(mpsc::RecvTimeoutError::Timeout) if !ended.timed_out => {
+                    ended.timed_out = true;
                     kill_tree(pid);
                 }
                 Err(_) => {
@@ -520,42 +611,8 @@ fn run(
                 }
             }
         }
-        let timed_out = timed_out || job.killed.load(Ordering::SeqCst);
-        let code = if timed_out {
-            TIMEOUT_EXIT_CODE
-        } else {
-            match status {
-                Some(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
-                None => -1,
-            }
-        };
-        if let (Some(reader), Some(name)) =
-            (state_reader, session.as_ref().map(|_| &request.session))
-        {
-            let text = reader.join().unwrap_or_default();
-            if !timed_out {
-                if let Some(state) = parse_session_state(&text) {
-                    sessions
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(name.clone(), state);
-                }
-            }
-        }
-        job.pty.store(-1, Ordering::SeqCst);
-        drop(pty_master);
-        out.send(
-            Kind::Exit,
-            id,
-            ExitReport {
-                code,
-                timed_out,
-                stdout_dropped: dropped.0,
-                stderr_dropped: dropped.1,
-            }
-            .encode(),
-        );
-    });
+        ended
+    })
 }
 
 /// `pwd`, a NUL, then `/proc/self/environ` (NUL-separated `K=V`).

@@ -208,6 +208,8 @@ async fn feed(mut to: Box<dyn AsyncWrite + Send + Unpin>, mut from: mpsc::Receiv
 }
 
 #[allow(clippy::too_many_arguments)]
+// Kept as one function: one select loop over the process's pipes, the caller's
+// input and the deadline, like the Docker agent's `drive`.
 async fn drive(
     mut child: tokio::process::Child,
     pgid: i32,

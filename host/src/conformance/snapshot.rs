@@ -168,6 +168,8 @@ async fn noop_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &Conform
         .await;
 }
 
+// Kept as one function: a list of clauses of a few lines each, run in order on
+// one opener; its length is the list.
 async fn persistent_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &ConformanceOptions) {
     let p = &opts.id_prefix;
     report

@@ -131,6 +131,9 @@ pub(crate) fn save(
         .map_err(archive_error)
 }
 
+// Kept as one function: stage, verify every blob, then commit: keeping the
+// phases together keeps "nothing is committed before all of it is verified" in
+// one place.
 pub(crate) fn load(
     cache: &BlobCache,
     input: impl Read,

@@ -368,6 +368,9 @@ impl Registry {
     /// against the artifact's config before the layer is fetched; `key`,
     /// when given, must verify a cosign signature on the manifest digest
     /// before the layer is fetched.
+    // Kept as one function: the order of the checks (cache, pin, world,
+    // signature, size) before any layer byte is fetched is the point, and
+    // reads top to bottom here.
     pub async fn fetch(
         &self,
         reference: &OciReference,

@@ -273,6 +273,8 @@ impl Files<'_> {
     /// the hydrate filter (no entry may lead out, caps hold) into a staging
     /// directory beside its destination, which is renamed into place once
     /// all of it passed: a refused tree leaves nothing behind.
+    // Kept as one function: a file and a tree each with its staging and
+    // rename, side by side so they stay alike.
     pub async fn copy_out(&self, from: &str, to: &Path) -> Result<PathBuf, SandboxError> {
         let info = self.stat(from).await?;
         let name = Path::new(from.trim_end_matches('/'))

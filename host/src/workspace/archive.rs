@@ -86,6 +86,9 @@ pub fn filter<R: Read, W: Write>(
 /// [`filter`], with every path of the clean copy (hardlink targets too)
 /// under the directory `prefix`, which comes first (a staging directory a
 /// backend extracts into and moves into place once all of it passed).
+// Kept as one function: one pass over the tar stream: every check (paths, the
+// symlinks and files met so far, caps) reads state built from the entries
+// before it.
 pub fn filter_under<R: Read, W: Write>(
     source: R,
     sink: Option<W>,

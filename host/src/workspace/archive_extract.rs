@@ -25,6 +25,8 @@ pub fn unpack_into<R: Read>(source: R, root: &Path) -> Result<ArchiveStats, Arch
     Ok(stats)
 }
 
+// Kept as one function: one pass over the tar stream, with the same running
+// state as `archive::filter_under`.
 fn unpack_with<R: Read>(
     source: R,
     root: &Path,

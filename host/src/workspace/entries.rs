@@ -120,6 +120,7 @@ fn header(kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
     h
 }
 
+// Kept as one function: one match arm per kind of manifest entry.
 fn write_entries<W: Write>(
     builder: &mut tar::Builder<W>,
     spec: &WorkspaceSpec,

@@ -293,6 +293,9 @@ impl AgentSession {
     /// Relays one command's frames to its reader and the reader's input to
     /// the agent, until the command's exit, the session's end or the
     /// reader's drop (which kills the command).
+    // Kept as one function: one select loop over the agent's frames, the
+    // reader's input and the drop signal, whose arms share the command's
+    // state.
     async fn drive(
         self: Arc<Self>,
         id: u32,

@@ -78,6 +78,8 @@ fn parse_size(s: &str) -> Option<i64> {
 }
 
 /// Parses `args` (as given to `docker run`, split into words).
+// Kept as one function: one match arm per accepted `docker run` flag; its
+// length is the list of flags.
 pub fn parse(args: &[String]) -> Result<RunArgs, BackendError> {
     let mut out = RunArgs::default();
     let mut i = 0;

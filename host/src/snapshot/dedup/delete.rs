@@ -31,6 +31,8 @@ impl DedupSnapshot {
     /// Deletes every object of this snapshot that no fork needs (see
     /// [`Keep`]). With `dry_run`, lists them and deletes nothing. Run it
     /// under the sandbox's lock, with no stop of this snapshot running.
+    // Kept as one function: list, decide what forks keep, delete indexes
+    // before packs, report: the decisions share the sets the listing builds.
     pub async fn delete_all(&self, keep: &Keep, dry_run: bool) -> Result<DeleteReport, StoreError> {
         let record = self.record();
         let mut indexes: Vec<(u64, String)> = record

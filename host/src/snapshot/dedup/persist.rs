@@ -16,8 +16,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
 use super::format::{names, Index, IndexEntry, IndexHeader, FORMAT_VERSION};
+use super::format::{ChunkId, ChunkLocation};
 pub(crate) use super::packing::TreeSource;
-use super::packing::{local, Packed};
+use super::packing::{local, FinishedPack, Packed, ParentRun};
 use super::record::{Changes, Generation, StopStats};
 use super::{is_not_found, DedupSnapshot};
 use crate::store_error::StoreError;
@@ -108,6 +109,9 @@ impl DedupSnapshot {
             .await
     }
 
+    /// A stop, in its steps: learn what the stored generations hold, pack
+    /// the tree while uploading each pack as it is built, commit the index
+    /// (the generation exists from then on), then tidy up.
     async fn persist_tree(
         &self,
         source: TreeSource,
@@ -116,101 +120,105 @@ impl DedupSnapshot {
     ) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
         let parent = self.parent().await;
-        let mut known = HashMap::new();
-        let mut packs: Vec<String> = Vec::new();
-        let mut parent_files: HashMap<Vec<u8>, Vec<IndexEntry>> = HashMap::new();
-        let mut learn = |index: &Index, files: bool| {
-            let offset = packs.len() as u32;
-            packs.extend(index.header.packs.iter().cloned());
-            for e in &index.entries {
-                known
-                    .entry(e.chunk)
-                    .or_insert((e.pack + offset, e.location));
-            }
-            if files {
-                for m in &index.members {
-                    if m.entry.stamp().is_some() {
-                        let run = index
-                            .run(m)
-                            .iter()
-                            .map(|e| IndexEntry {
-                                pack: e.pack + offset,
-                                ..*e
-                            })
-                            .collect();
-                        parent_files.insert(m.entry.path.clone(), run);
-                    }
-                }
-            }
-        };
-        if let Some((_, index)) = &parent {
-            learn(index, true);
-        }
-        // A fork also deduplicates against its base, whatever its own
-        // generations dropped since.
-        let base = self.record().base.clone();
-        if let Some(base) = base.filter(|b| parent.as_ref().is_none_or(|(p, _)| p.index != b.index))
-        {
-            match self.index(&base.index).await {
-                Ok(index) => learn(&index, false),
-                Err(e) => tracing::warn!(index = %base.index, error = %e,
-                    "the fork's base index is unusable; not deduplicating against it"),
-            }
-        }
+        let stored = self.stored(parent.as_ref()).await;
         let number = self.record().next_number();
         let spool = self.spool_dir()?;
-        let (packing, mut pack_rx) = super::packing::start(
+        let (packing, pack_rx) = super::packing::start(
             super::packing::Inputs {
                 tag: self.tag.clone(),
                 zstd_level: self.options.zstd_level,
                 spool,
                 chunker_params: self.options.chunker,
-                known,
-                parent_files,
-                packs,
+                known: stored.known,
+                parent_files: stored.parent_files,
+                packs: stored.packs,
             },
             source,
             spent_tx,
         )?;
-        let upload = async {
-            let mut up = Uploaded::default();
-            while let Some(pack) = pack_rx.recv().await {
-                up.packs.push(pack.name.clone());
-                let journal = serde_json::to_vec(&serde_json::json!({
-                    "snapshot": self.id.as_str(),
-                    "generation": number,
-                    "packs": up.packs,
-                }))
-                .unwrap_or_default();
-                self.client
-                    .upload(&names::journal(self.id.as_str()), &mut &journal[..])
-                    .await?;
-                up.calls += 1;
-                up.bytes += journal.len() as u64;
-                let mut file = tokio::fs::File::open(&pack.file)
-                    .await
-                    .map_err(local("reading a pack file"))?;
-                self.client.upload(&pack.name, &mut file).await?;
-                up.calls += 1;
-                up.bytes += pack.size;
-                match &self.options.cache {
-                    Some(cache) => {
-                        if let Err(e) = cache.admit(pack.file, &pack.name) {
-                            tracing::debug!(error = %e, "could not keep a pack in the cache");
-                        }
-                    }
-                    None => drop(pack.file),
-                }
-            }
-            Ok::<Uploaded, StoreError>(up)
-        };
         let packed = async {
             packing.await.map_err(|e| StoreError::Local {
                 what: "packing chunks",
                 source: std::io::Error::other(e.to_string()),
             })?
         };
-        let (mut up, packed) = tokio::try_join!(upload, packed)?;
+        let (mut up, packed) = tokio::try_join!(self.upload_packs(number, pack_rx), packed)?;
+        self.commit(number, parent, packed, &mut up, instance, started)
+            .await?;
+        self.tidy_after_commit(&up).await;
+        Ok(())
+    }
+
+    /// What a stop deduplicates against: the parent generation's chunks
+    /// and files, and a fork's base's chunks (whatever its own generations
+    /// dropped since).
+    async fn stored(&self, parent: Option<&(Generation, Arc<Index>)>) -> Stored {
+        let mut stored = Stored::default();
+        if let Some((_, index)) = parent {
+            stored.learn(index, true);
+        }
+        let base = self.record().base.clone();
+        if let Some(base) = base.filter(|b| parent.is_none_or(|(p, _)| p.index != b.index)) {
+            match self.index(&base.index).await {
+                Ok(index) => stored.learn(&index, false),
+                Err(e) => tracing::warn!(index = %base.index, error = %e,
+                    "the fork's base index is unusable; not deduplicating against it"),
+            }
+        }
+        stored
+    }
+
+    /// Uploads each pack as the packer finishes it, after the journal that
+    /// names it (so garbage collection can find the packs of a stop that
+    /// dies before its index), and admits it to the pack cache.
+    async fn upload_packs(
+        &self,
+        number: u64,
+        mut pack_rx: mpsc::Receiver<FinishedPack>,
+    ) -> Result<Uploaded, StoreError> {
+        let mut up = Uploaded::default();
+        while let Some(pack) = pack_rx.recv().await {
+            up.packs.push(pack.name.clone());
+            let journal = serde_json::to_vec(&serde_json::json!({
+                "snapshot": self.id.as_str(),
+                "generation": number,
+                "packs": up.packs,
+            }))
+            .unwrap_or_default();
+            self.client
+                .upload(&names::journal(self.id.as_str()), &mut &journal[..])
+                .await?;
+            up.calls += 1;
+            up.bytes += journal.len() as u64;
+            let mut file = tokio::fs::File::open(&pack.file)
+                .await
+                .map_err(local("reading a pack file"))?;
+            self.client.upload(&pack.name, &mut file).await?;
+            up.calls += 1;
+            up.bytes += pack.size;
+            match &self.options.cache {
+                Some(cache) => {
+                    if let Err(e) = cache.admit(pack.file, &pack.name) {
+                        tracing::debug!(error = %e, "could not keep a pack in the cache");
+                    }
+                }
+                None => drop(pack.file),
+            }
+        }
+        Ok(up)
+    }
+
+    /// Builds and uploads generation `number`'s index — the commit point —
+    /// and records the generation with what the stop did.
+    async fn commit(
+        &self,
+        number: u64,
+        parent: Option<(Generation, Arc<Index>)>,
+        packed: Packed,
+        up: &mut Uploaded,
+        instance: Option<String>,
+        started: std::time::Instant,
+    ) -> Result<(), StoreError> {
         let walk = packed.walk;
         let (index, counts) = build_index(
             self,
@@ -266,6 +274,13 @@ impl DedupSnapshot {
             r.last_stop = Some(stats);
             r.drop_beyond_keep();
         });
+        Ok(())
+    }
+
+    /// After a commit: the journal goes, dropped generations are collected
+    /// and the pack cache trimmed. Failures here lose nothing (the next
+    /// stop or `gc` retries), so they are logged, not returned.
+    async fn tidy_after_commit(&self, up: &Uploaded) {
         if !up.packs.is_empty() {
             if let Err(e) = self.client.delete(&names::journal(self.id.as_str())).await {
                 if !is_not_found(&e) {
@@ -280,7 +295,47 @@ impl DedupSnapshot {
         if let Some(cache) = &self.options.cache {
             cache.trim();
         }
-        Ok(())
+    }
+}
+
+/// What the stored generations hold that a stop deduplicates against.
+#[derive(Default)]
+struct Stored {
+    /// Chunks already stored: their pack (a number in `packs`) and place.
+    known: HashMap<ChunkId, (u32, ChunkLocation)>,
+    /// The pack names the numbers in `known` refer to.
+    packs: Vec<String>,
+    /// The parent's files, by path, for the files cache.
+    parent_files: HashMap<Vec<u8>, ParentRun>,
+}
+
+impl Stored {
+    /// Learns `index`'s chunks, and with `files` its files (only the
+    /// parent's: the files cache compares against the generation the
+    /// workspace was last stopped into).
+    fn learn(&mut self, index: &Index, files: bool) {
+        let offset = self.packs.len() as u32;
+        self.packs.extend(index.header.packs.iter().cloned());
+        for e in &index.entries {
+            self.known
+                .entry(e.chunk)
+                .or_insert((e.pack + offset, e.location));
+        }
+        if files {
+            for m in &index.members {
+                if m.entry.stamp().is_some() {
+                    let run = index
+                        .run(m)
+                        .iter()
+                        .map(|e| IndexEntry {
+                            pack: e.pack + offset,
+                            ..*e
+                        })
+                        .collect();
+                    self.parent_files.insert(m.entry.path.clone(), run);
+                }
+            }
+        }
     }
 }
 

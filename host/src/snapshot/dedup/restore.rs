@@ -26,6 +26,8 @@ const PACKS_IN_FLIGHT: usize = 3;
 /// pack as the packs arrive, checked against its id and sent on; returns
 /// the tar's digest. A chunk that fails its check in a cached pack removes
 /// that pack from the cache (a retry downloads it).
+// Kept as one function: one loop over the index's chunks while packs arrive;
+// the current pack, cache hits and the tar digest live across iterations.
 fn decode_all(
     index: &Index,
     mut packs: mpsc::Receiver<(u32, LocalPack)>,
