@@ -5,6 +5,7 @@
 //! was there back on another node identical to its last stop; the lost
 //! node back, its stale containers never used or persisted; the leader
 //! lost; an unsatisfiable placement; four processes resuming one sandbox;
+//! deduplicated stops walked on the node and forks of swarm sandboxes;
 //! and the backend conformance suite. A binary of its own: it breaks the
 //! swarm on purpose, one test at a time.
 
@@ -744,4 +745,65 @@ fn a_service_removed_behind_berths_back_is_created_again_and_restored() {
     let history = s.swarm_state("gone").history;
     assert_eq!(history.len(), 2, "{history:?}");
     s.remove_all(&["gone".to_string()]);
+}
+
+/// The last stop's figures of a deduplicated sandbox.
+fn last_stop(s: &Setup, name: &str) -> berth::snapshot::StopStats {
+    let state = berth_state(s.home(), name);
+    berth::snapshot::DedupRecord::from_fields(&state.snapshot.fields)
+        .and_then(|r| r.last_stop)
+        .unwrap_or_else(|| panic!("{name} has no deduplicated stop: {:?}", state.snapshot))
+}
+
+/// A deduplicated stop on the swarm walks the workspace in the task's
+/// container (the agent's walk, with its files cache): after a small
+/// change the second stop reads and uploads about that change, not the
+/// workspace; the newest generation comes back in a new task once the
+/// container is removed; and a fork of a swarm sandbox is a swarm sandbox
+/// that starts from the source's stop and shares its chunks.
+#[test]
+fn deduplicated_stops_walk_on_the_node_and_forks_stay_on_the_swarm() {
+    let _serial = serial();
+    let Some(s) = setup("deduplicated_stops_walk_on_the_node_and_forks_stay_on_the_swarm") else {
+        return;
+    };
+    s.create("dd", &["--dedup"]);
+    s.exec(
+        "dd",
+        "head -c 8000000 /dev/urandom > big.bin && mkdir -p src && echo one > src/note",
+    );
+    // Past the files cache's racy window, so the first stop's walk may
+    // vouch for big.bin (a file changed just before a walk is read again).
+    std::thread::sleep(berth::workspace::tree::RACY_WINDOW + Duration::from_millis(100));
+    berth_ok(s.home(), &["stop", "dd"]);
+    let first = last_stop(&s, "dd");
+    assert!(first.uploaded_bytes >= 8_000_000, "{first:?}");
+    s.exec("dd", "echo two > src/note");
+    berth_ok(s.home(), &["stop", "dd"]);
+    let second = last_stop(&s, "dd");
+    assert_eq!(second.generation, first.generation + 1, "{second:?}");
+    assert!(second.uploaded_bytes < 1 << 20, "{second:?}");
+    assert!(second.read_bytes < 1 << 20, "the walk read {second:?}");
+    assert!(second.files_unchanged >= 1, "{second:?}");
+    let want = s.exec("dd", "sha256sum big.bin src/note");
+    s.remove_container("dd");
+    assert_eq!(s.exec("dd", "sha256sum big.bin src/note"), want);
+
+    berth_ok(s.home(), &["fork", "dd", "ff"]);
+    assert_eq!(berth_state(s.home(), "ff").backend.kind, "swarm");
+    assert_eq!(s.exec("ff", "sha256sum big.bin src/note"), want);
+    assert!(
+        s.swarm_state("ff").current.is_some(),
+        "the fork has no task"
+    );
+    s.exec("ff", "echo mine > mine");
+    berth_ok(s.home(), &["stop", "ff"]);
+    let forked = last_stop(&s, "ff");
+    assert!(forked.uploaded_bytes < 1 << 20, "{forked:?}");
+    // The source is untouched by its fork.
+    assert_eq!(
+        s.exec("dd", "test -e mine && echo forked || echo own"),
+        "own\n"
+    );
+    s.remove_all(&["dd".to_string(), "ff".to_string()]);
 }
