@@ -8,6 +8,7 @@ pub mod exec;
 pub(crate) mod helper_binary;
 mod host_process;
 pub mod local;
+mod progress;
 mod provider;
 pub mod settings;
 
@@ -19,6 +20,7 @@ pub use exec::{
     signal_number, CommandEnded, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecInputSender,
     ExecProcess, ExecRequest, ExecResult, OutputStream, PtySize, UnknownSignal,
 };
+pub use progress::{BackendProgress, ProgressFn, ProgressSink};
 pub(crate) use provider::Registry;
 pub use provider::{BackendOptions, BackendProvider, BackendSpec, BackendSummary, CreateContext};
 pub use settings::{BackendSettings, SettingDoc, SettingsError};

@@ -153,6 +153,18 @@ pub trait BackendProvider: Send + Sync {
         false
     }
 
+    /// This provider telling `sink` how its slow steps go (image pulls,
+    /// placements), for a front end to draw: the client keeps the provider
+    /// returned instead of this one. `None` (the default) when the kind
+    /// has nothing slow to tell.
+    fn with_progress(
+        &self,
+        sink: super::ProgressSink,
+    ) -> Option<std::sync::Arc<dyn BackendProvider>> {
+        let _ = sink;
+        None
+    }
+
     /// Removes an instance a sandbox left behind when it moved (see
     /// [`crate::sandbox::Orphan`]). By default, resumes it and destroys it.
     async fn remove_orphan(
@@ -249,6 +261,15 @@ impl Registry {
             super::docker::swarm::SwarmProvider::default(),
         ));
         registry
+    }
+
+    /// Every provider that reports progress, now reporting it to `sink`.
+    pub(crate) fn report_progress_to(&mut self, sink: &super::ProgressSink) {
+        for provider in self.providers.values_mut() {
+            if let Some(reporting) = provider.with_progress(sink.clone()) {
+                *provider = reporting;
+            }
+        }
     }
 
     /// Adds `provider`, replacing one of the same kind.

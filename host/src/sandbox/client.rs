@@ -90,9 +90,19 @@ pub struct SandboxClientBuilder {
     save_state: bool,
     pack_cache: Option<Option<PackCache>>,
     backends: Registry,
+    progress: Option<crate::backend::ProgressSink>,
 }
 
 impl SandboxClientBuilder {
+    /// Tells `sink` how every kind's slow steps go (image pulls, swarm
+    /// placements): a front end draws them without naming a kind. Applies
+    /// to the kinds registered before and after this call. By default,
+    /// nobody is told.
+    pub fn backend_progress(mut self, sink: crate::backend::ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
     /// Resumes (and lists, and forks) sandboxes of `provider`'s kind with
     /// it, replacing the provider the client had for that kind. By
     /// default, the client knows the local backend and, with the `docker`
@@ -143,12 +153,16 @@ impl SandboxClientBuilder {
         let pack_cache = self
             .pack_cache
             .unwrap_or_else(|| PackCache::from_env(&self.home.join("cache").join("packs")));
+        let mut backends = self.backends;
+        if let Some(sink) = &self.progress {
+            backends.report_progress_to(sink);
+        }
         SandboxClient {
             home: self.home,
             plugins,
             save_state: self.save_state,
             pack_cache,
-            backends: self.backends,
+            backends,
         }
     }
 }
@@ -194,6 +208,7 @@ impl SandboxClient {
             save_state: true,
             pack_cache: None,
             backends: Registry::with_defaults(),
+            progress: None,
         }
     }
 

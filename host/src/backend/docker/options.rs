@@ -435,6 +435,16 @@ impl BackendProvider for DockerProvider {
         true
     }
 
+    fn with_progress(
+        &self,
+        sink: crate::backend::ProgressSink,
+    ) -> Option<std::sync::Arc<dyn BackendProvider>> {
+        Some(std::sync::Arc::new(
+            self.clone()
+                .pull_progress(super::pull::reported_to(KIND, sink)),
+        ))
+    }
+
     async fn remove_orphan(
         &self,
         state: &BackendState,

@@ -85,6 +85,42 @@ impl std::fmt::Debug for PullProgress {
     }
 }
 
+/// A [`PullProgress`] that tells `sink` in the kinds' common shape, as
+/// `backend`: a byte count while layers download, and when a pull ends a
+/// line saying what came and how long it took (timed from its first
+/// report; pulls of several images at once are kept apart).
+pub(crate) fn reported_to(
+    backend: &'static str,
+    sink: crate::backend::ProgressSink,
+) -> PullProgress {
+    let started =
+        std::sync::Mutex::new(std::collections::HashMap::<String, std::time::Instant>::new());
+    PullProgress(Arc::new(move |status: &PullStatus| {
+        let mut starts = started.lock().unwrap_or_else(|p| p.into_inner());
+        let since = *starts
+            .entry(status.image.clone())
+            .or_insert_with(std::time::Instant::now);
+        let mut report =
+            crate::backend::BackendProgress::new(backend, format!("pulling {}", status.image));
+        report.bytes = Some((status.bytes_done, status.bytes_total));
+        report.detail = Some(format!("{}/{} layers", status.layers_done, status.layers));
+        if status.finished {
+            starts.remove(&status.image);
+            report.finished = true;
+            report.summary = Some(format!(
+                "pulled {}: {} layer{}, {:.1} MiB in {:.1} s",
+                status.image,
+                status.layers,
+                if status.layers == 1 { "" } else { "s" },
+                status.bytes_done as f64 / (1 << 20) as f64,
+                since.elapsed().as_secs_f64()
+            ));
+        }
+        drop(starts);
+        sink.report(&report);
+    }))
+}
+
 /// An image reference split as the engine's pull API wants it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ImageRef {

@@ -355,4 +355,50 @@ impl BackendProvider for SwarmProvider {
         options.progress = self.progress.clone();
         Ok(BackendSpec::new(options))
     }
+
+    fn with_progress(
+        &self,
+        sink: crate::backend::ProgressSink,
+    ) -> Option<Arc<dyn BackendProvider>> {
+        Some(Arc::new(
+            self.clone().placement_progress(placement_reported_to(sink)),
+        ))
+    }
+}
+
+/// A [`PlacementProgress`] that tells `sink` in the kinds' common shape:
+/// the task's state while Berth waits for it, and, when the task runs
+/// after a wait long enough to notice (2 s), a line saying how long.
+fn placement_reported_to(sink: crate::backend::ProgressSink) -> PlacementProgress {
+    let waiting =
+        std::sync::Mutex::new(std::collections::HashMap::<String, std::time::Instant>::new());
+    PlacementProgress(Arc::new(move |status: &PlacementStatus| {
+        let mut report = crate::backend::BackendProgress::new(
+            KIND,
+            format!("waiting for the swarm: {}", status.service),
+        );
+        report.detail = Some(match &status.message {
+            Some(m) => format!("{} ({m})", status.state),
+            None => status.state.clone(),
+        });
+        let mut waits = waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if status.finished {
+            let waited = waits
+                .remove(&status.service)
+                .map_or(0.0, |w| w.elapsed().as_secs_f64());
+            report.finished = true;
+            if waited >= 2.0 && status.state == "running" {
+                report.summary = Some(format!(
+                    "{} running after {waited:.1} s of placement",
+                    status.service
+                ));
+            }
+        } else {
+            waits
+                .entry(status.service.clone())
+                .or_insert_with(std::time::Instant::now);
+        }
+        drop(waits);
+        sink.report(&report);
+    }))
 }
