@@ -2,9 +2,11 @@
 //!
 //! - `setup`        install what the build and tests need (idempotent)
 //! - `build-guests` build the example plugins for wasm32-wasip2
-//! - `demo`         build the host and the Rust guests, run the demo example
+//! - `demo`         build the host and the fs-store guest, run the demo example
 //! - `test`         setup, build guests, then the whole test suite
-//! - `lint`         rustfmt check and clippy with warnings denied
+//! - `lint`         the layering check (no import cycles, kinds named only
+//!                  by their registration), rustfmt check, clippy with
+//!                  warnings denied
 //! - `bench`        side-by-side benchmarks (`--quick` for seconds)
 
 use std::path::{Path, PathBuf};
@@ -79,9 +81,9 @@ fn main() -> Result<()> {
                  \n  setup         install the wasm32-wasip2 target and tools (idempotent)\
                  \n  build-guests  build guest-examples/* into components\
                  \n  build-agent   build the in-container agent (static, musl)\
-                 \n  demo          build the host and the Rust guests, run the demo example\
+                 \n  demo          build the host and the fs-store guest, run the demo example\
                  \n  test          setup + build-guests + the whole test suite\
-                 \n  lint          cargo fmt --check and clippy -D warnings\
+                 \n  lint          layering check, cargo fmt --check and clippy -D warnings\
                  \n  bench         side-by-side benchmarks (--quick for a small run)"
             );
             bail!("no command given")
