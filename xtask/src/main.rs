@@ -5,8 +5,7 @@
 //! - `demo`         build the host and the fs-store guest, run the demo example
 //! - `test`         setup, build guests, then the whole test suite
 //! - `lint`         the layering check (no import cycles, kinds named only
-//!                  by their registration), rustfmt check, clippy with
-//!                  warnings denied
+//!   by their registration), rustfmt check, clippy with warnings denied
 //! - `bench`        side-by-side benchmarks (`--quick` for seconds)
 
 use std::path::{Path, PathBuf};

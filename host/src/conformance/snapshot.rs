@@ -168,10 +168,10 @@ async fn noop_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &Conform
         .await;
 }
 
-// Kept as one function: a list of clauses of a few lines each, run in order on
-// one opener; its length is the list.
+/// The clauses of a snapshot that persists, in order: the round trips,
+/// then each clause below (one function each).
 async fn persistent_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &ConformanceOptions) {
-    let p = &opts.id_prefix;
+    let p = opts.id_prefix.as_str();
     report
         .run_clause("roundtrip-empty", "an empty archive round-trips", async {
             roundtrip(opener, &format!("{p}-empty"), 1, 0).await
@@ -199,114 +199,139 @@ async fn persistent_clauses(report: &mut Report, opener: &OpenSnapshot, opts: &C
             .await;
     }
     report
-        .run_clause(
-            "restorable-before-and-after",
-            "is-restorable is false before the first persist and true after; restore before gives not-found",
-            async {
-                let snap = open(opener, &format!("{p}-restorable")).await?;
-                match snap.is_restorable().await {
-                    Ok(false) => {}
-                    other => return Err(format!("before persist: expected false, got {other:?}")),
-                }
-                expect_storage("restore before persist", snap.restore(&mut DigestWriter::default()).await, "not-found")?;
-                persist(snap.as_ref(), 5, 1000).await?;
-                match snap.is_restorable().await {
-                    Ok(true) => Ok("false → true".into()),
-                    other => Err(format!("after persist: expected true, got {other:?}")),
-                }
-            },
-        )
+        .run_clause("restorable-before-and-after", "is-restorable is false before the first persist and true after; restore before gives not-found", restorable_before_and_after(opener, p))
         .await;
     report
         .run_clause(
             "overwrite-replaces",
             "a second persist replaces the first",
-            async {
-                let snap = open(opener, &format!("{p}-overwrite")).await?;
-                persist(snap.as_ref(), 6, 300_000).await?;
-                persist(snap.as_ref(), 7, 200_000).await?;
-                restore_matches(snap.as_ref(), 7, 200_000).await?;
-                Ok("second archive returned".into())
-            },
+            overwrite_replaces(opener, p),
         )
         .await;
     report
         .run_clause(
             "interrupted-persist-keeps-previous",
             "a persist whose stream breaks mid-way fails and leaves the previous archive intact",
-            async {
-                let snap = open(opener, &format!("{p}-interrupted")).await?;
-                persist(snap.as_ref(), 9, 1 << 20).await?;
-                let mut broken = PatternReader::failing(10, 8 << 20, 3 << 20);
-                if snap.persist(&mut broken).await.is_ok() {
-                    return Err("the interrupted persist reported success".into());
-                }
-                restore_matches(snap.as_ref(), 9, 1 << 20)
-                    .await
-                    .map_err(|e| format!("previous archive damaged: {e}"))?;
-                Ok("failed as it should; previous archive byte-identical".into())
-            },
+            interrupted_persist_keeps_previous(opener, p),
         )
         .await;
     report
         .run_clause(
             "interrupted-first-persist-leaves-nothing",
             "a broken first persist leaves the snapshot not restorable",
-            async {
-                let snap = open(opener, &format!("{p}-partial")).await?;
-                let mut broken = PatternReader::failing(11, 8 << 20, 3 << 20);
-                if snap.persist(&mut broken).await.is_ok() {
-                    return Err("the interrupted persist reported success".into());
-                }
-                match snap.is_restorable().await {
-                    Ok(false) => {}
-                    other => {
-                        return Err(format!(
-                            "a partial archive is visible: is-restorable = {other:?}"
-                        ))
-                    }
-                }
-                match snap.restore(&mut DigestWriter::default()).await {
-                    Err(e) if is_kind(&e, "not-found") => Ok("nothing visible".into()),
-                    other => Err(format!("restore: expected not-found, got {other:?}")),
-                }
-            },
+            interrupted_first_persist_leaves_nothing(opener, p),
         )
         .await;
     report
         .run_clause(
             "concurrent-different-ids",
             "concurrent persists and restores of different snapshots do not interfere",
-            async {
-                let n = opts.concurrency;
-                let len = 4u64 << 20;
-                let t = Instant::now();
-                let mut snaps = Vec::new();
-                for i in 0..n {
-                    snaps.push(open(opener, &format!("{p}-conc{i}")).await?);
-                }
-                let ups = join_all(
-                    snaps
-                        .iter()
-                        .enumerate()
-                        .map(|(i, s)| persist(s.as_ref(), 100 + i as u64, len)),
-                )
-                .await;
-                ups.into_iter().collect::<Result<Vec<_>, _>>()?;
-                let downs = join_all(
-                    snaps
-                        .iter()
-                        .enumerate()
-                        .map(|(i, s)| restore_matches(s.as_ref(), 100 + i as u64, len)),
-                )
-                .await;
-                downs.into_iter().collect::<Result<Vec<_>, _>>()?;
-                Ok(format!(
-                    "{n} × {} in {:.2}s",
-                    human(len),
-                    t.elapsed().as_secs_f64()
-                ))
-            },
+            concurrent_different_ids(opener, p, opts),
         )
         .await;
+}
+
+/// Is-restorable is false before the first persist and true after; restore before gives not-found.
+async fn restorable_before_and_after(opener: &OpenSnapshot, p: &str) -> Result<String, String> {
+    let snap = open(opener, &format!("{p}-restorable")).await?;
+    match snap.is_restorable().await {
+        Ok(false) => {}
+        other => return Err(format!("before persist: expected false, got {other:?}")),
+    }
+    expect_storage(
+        "restore before persist",
+        snap.restore(&mut DigestWriter::default()).await,
+        "not-found",
+    )?;
+    persist(snap.as_ref(), 5, 1000).await?;
+    match snap.is_restorable().await {
+        Ok(true) => Ok("false → true".into()),
+        other => Err(format!("after persist: expected true, got {other:?}")),
+    }
+}
+
+/// A second persist replaces the first.
+async fn overwrite_replaces(opener: &OpenSnapshot, p: &str) -> Result<String, String> {
+    let snap = open(opener, &format!("{p}-overwrite")).await?;
+    persist(snap.as_ref(), 6, 300_000).await?;
+    persist(snap.as_ref(), 7, 200_000).await?;
+    restore_matches(snap.as_ref(), 7, 200_000).await?;
+    Ok("second archive returned".into())
+}
+
+/// A persist whose stream breaks mid-way fails and leaves the previous archive intact.
+async fn interrupted_persist_keeps_previous(
+    opener: &OpenSnapshot,
+    p: &str,
+) -> Result<String, String> {
+    let snap = open(opener, &format!("{p}-interrupted")).await?;
+    persist(snap.as_ref(), 9, 1 << 20).await?;
+    let mut broken = PatternReader::failing(10, 8 << 20, 3 << 20);
+    if snap.persist(&mut broken).await.is_ok() {
+        return Err("the interrupted persist reported success".into());
+    }
+    restore_matches(snap.as_ref(), 9, 1 << 20)
+        .await
+        .map_err(|e| format!("previous archive damaged: {e}"))?;
+    Ok("failed as it should; previous archive byte-identical".into())
+}
+
+/// A broken first persist leaves the snapshot not restorable.
+async fn interrupted_first_persist_leaves_nothing(
+    opener: &OpenSnapshot,
+    p: &str,
+) -> Result<String, String> {
+    let snap = open(opener, &format!("{p}-partial")).await?;
+    let mut broken = PatternReader::failing(11, 8 << 20, 3 << 20);
+    if snap.persist(&mut broken).await.is_ok() {
+        return Err("the interrupted persist reported success".into());
+    }
+    match snap.is_restorable().await {
+        Ok(false) => {}
+        other => {
+            return Err(format!(
+                "a partial archive is visible: is-restorable = {other:?}"
+            ))
+        }
+    }
+    match snap.restore(&mut DigestWriter::default()).await {
+        Err(e) if is_kind(&e, "not-found") => Ok("nothing visible".into()),
+        other => Err(format!("restore: expected not-found, got {other:?}")),
+    }
+}
+
+/// Concurrent persists and restores of different snapshots do not interfere.
+async fn concurrent_different_ids(
+    opener: &OpenSnapshot,
+    p: &str,
+    opts: &ConformanceOptions,
+) -> Result<String, String> {
+    let n = opts.concurrency;
+    let len = 4u64 << 20;
+    let t = Instant::now();
+    let mut snaps = Vec::new();
+    for i in 0..n {
+        snaps.push(open(opener, &format!("{p}-conc{i}")).await?);
+    }
+    let ups = join_all(
+        snaps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| persist(s.as_ref(), 100 + i as u64, len)),
+    )
+    .await;
+    ups.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let downs = join_all(
+        snaps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| restore_matches(s.as_ref(), 100 + i as u64, len)),
+    )
+    .await;
+    downs.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(format!(
+        "{n} × {} in {:.2}s",
+        human(len),
+        t.elapsed().as_secs_f64()
+    ))
 }
