@@ -23,6 +23,8 @@ struct Served {
     home: tempfile::TempDir,
     socket: PathBuf,
     child: Child,
+    /// The token file's directory, for a server on TCP.
+    _token_dir: Option<tempfile::TempDir>,
 }
 
 impl Served {
@@ -44,7 +46,28 @@ impl Served {
             home,
             socket,
             child,
+            _token_dir: None,
         }
+    }
+
+    /// A server that also listens on loopback TCP, on a free port it
+    /// returns, with bearer `token`; `extra` are further flags.
+    fn start_on_tcp(token: &str, extra: &[&str]) -> (Served, u16) {
+        let port = free_port();
+        let token_dir = tempfile::tempdir().unwrap();
+        let token_file = token_dir.path().join("token");
+        std::fs::write(&token_file, format!("{token}\n")).unwrap();
+        let port_text = port.to_string();
+        let mut args = vec![
+            "--listen",
+            port_text.as_str(),
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut served = Served::start(&args);
+        served._token_dir = Some(token_dir);
+        (served, port)
     }
 
     fn home(&self) -> &Path {
@@ -224,19 +247,8 @@ fn free_port() -> u16 {
 /// nothing.
 #[tokio::test]
 async fn api_on_the_socket_and_on_tcp_with_a_token_refuses_what_it_should() {
-    let port = free_port();
-    let token_dir = tempfile::tempdir().unwrap();
     let token = "0123456789abcdef0123456789abcdef";
-    let token_file = token_dir.path().join("token");
-    std::fs::write(&token_file, format!("{token}\n")).unwrap();
-    let served = Served::start(&[
-        "--listen",
-        &port.to_string(),
-        "--token-file",
-        token_file.to_str().unwrap(),
-        "--max-archive",
-        "8MiB",
-    ]);
+    let (served, port) = Served::start_on_tcp(token, &["--max-archive", "8MiB"]);
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&served.socket)
         .unwrap()

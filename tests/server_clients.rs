@@ -15,19 +15,8 @@ async fn the_python_client_works_against_a_real_server() {
     // Also on loopback TCP with a token and a small file limit, for the
     // client's Unauthorized and TooLarge (a limit far above what the other
     // tests write, and far enough that the refusal comes mid-body).
-    let port = free_port();
-    let token_dir = tempfile::tempdir().unwrap();
     let token = "fedcba9876543210fedcba9876543210";
-    let token_file = token_dir.path().join("token");
-    std::fs::write(&token_file, format!("{token}\n")).unwrap();
-    let served = Served::start(&[
-        "--listen",
-        &port.to_string(),
-        "--token-file",
-        token_file.to_str().unwrap(),
-        "--max-file",
-        "8MiB",
-    ]);
+    let (served, port) = Served::start_on_tcp(token, &["--max-file", "8MiB"]);
     let python = repo_root().join("host/python");
     let out = Command::new("python3")
         .current_dir(&python)
