@@ -296,6 +296,41 @@ pub(crate) async fn connect(engine: &Engine) -> Result<Docker, BackendError> {
     }
 }
 
+/// An API failure: the daemon's own answer is an operation error; anything
+/// else (connection refused, socket gone, timeout) means the daemon is not
+/// reachable, which never counts as "container gone".
+pub(super) fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
+    service_error(BACKEND, operation, e, |other| BackendError::Unreachable {
+        backend: BACKEND,
+        message: format!(
+            "{operation}: cannot reach the Docker daemon; is dockerd running? Retry once it is back"
+        ),
+        source: Some(root_cause(Box::new(other))),
+    })
+}
+
+/// An engine's error for `backend` (Docker or the swarm): an error status
+/// becomes `Service`, keeping the status and bollard's error as the
+/// source; anything else (no answer) is `otherwise`'s to say.
+pub(crate) fn service_error(
+    backend: &'static str,
+    operation: &'static str,
+    e: bollard::errors::Error,
+    otherwise: impl FnOnce(bollard::errors::Error) -> BackendError,
+) -> BackendError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => {
+            BackendError::Service {
+                backend,
+                operation,
+                status: Some(status_code),
+                source: Box::new(e),
+            }
+        }
+        other => otherwise(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,9 @@ pub use options::{DockerMount, DockerOptions, DockerProvider, DockerState, Engin
 pub use pull::{PullPolicy, PullProgress, PullProgressFn, PullStatus};
 pub use settings::{DockerSettings, SETTINGS};
 
+use engine::api;
+pub(crate) use engine::service_error;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -137,41 +140,6 @@ fn op(
         backend: BACKEND,
         operation,
         source: e.into(),
-    }
-}
-
-/// An API failure: the daemon's own answer is an operation error; anything
-/// else (connection refused, socket gone, timeout) means the daemon is not
-/// reachable, which never counts as "container gone".
-fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
-    service_error(BACKEND, operation, e, |other| BackendError::Unreachable {
-        backend: BACKEND,
-        message: format!(
-            "{operation}: cannot reach the Docker daemon; is dockerd running? Retry once it is back"
-        ),
-        source: Some(engine::root_cause(Box::new(other))),
-    })
-}
-
-/// An engine's error for `backend` (Docker or the swarm): an error status
-/// becomes `Service`, keeping the status and bollard's error as the
-/// source; anything else (no answer) is `otherwise`'s to say.
-pub(crate) fn service_error(
-    backend: &'static str,
-    operation: &'static str,
-    e: bollard::errors::Error,
-    otherwise: impl FnOnce(bollard::errors::Error) -> BackendError,
-) -> BackendError {
-    match e {
-        bollard::errors::Error::DockerResponseServerError { status_code, .. } => {
-            BackendError::Service {
-                backend,
-                operation,
-                status: Some(status_code),
-                source: Box::new(e),
-            }
-        }
-        other => otherwise(other),
     }
 }
 
