@@ -124,7 +124,7 @@ impl SnapshotSpec {
         };
         Ok(match state.kind.as_str() {
             "noop" => SnapshotSpec::Noop,
-            "local" => SnapshotSpec::Local {
+            LocalSnapshot::KIND => SnapshotSpec::Local {
                 base_dir: state
                     .base_dir
                     .clone()
@@ -246,7 +246,7 @@ async fn bind_store(
             Bound::Snapshot(Arc::new(NoopSnapshot::new(id)))
         }
         SnapshotSpec::Local { base_dir } => {
-            state.kind = "local".into();
+            state.kind = LocalSnapshot::KIND.into();
             state.base_dir = Some(base_dir.clone());
             Bound::Snapshot(Arc::new(LocalSnapshot::new(id, base_dir.clone())?))
         }
