@@ -44,9 +44,7 @@ async fn a_backend_written_outside_the_crate_runs_the_whole_lifecycle() {
         state: DirState { dir: dir.clone() },
     };
     let spec = SandboxSpec::new(workspace)
-        .snapshot(SnapshotSpec::Local {
-            base_dir: home.path().join("snaps"),
-        })
+        .snapshot(SnapshotSpec::local(home.path().join("snaps")))
         .backend(BackendSpec::custom(Box::new(backend)));
     let mut sb = client.create(spec).await.unwrap();
     assert_eq!(sb.start().await.unwrap(), StartBranch::Fresh);
@@ -102,9 +100,7 @@ async fn a_registered_provider_creates_resumes_lists_and_makes_one_like_it() {
         serde_json::from_str(r#"{"entries": {"a.txt": {"type": "file", "content": "a\n"}}}"#)
             .unwrap();
     let spec = SandboxSpec::new(workspace.clone())
-        .snapshot(SnapshotSpec::Local {
-            base_dir: home.path().join("snaps"),
-        })
+        .snapshot(SnapshotSpec::local(home.path().join("snaps")))
         .backend(BackendSpec::new(DirOptions {
             parent: parent.clone(),
         }));
@@ -328,4 +324,127 @@ print("done")
     let said = text(&out);
     ok(&["server", "stop"]);
     assert!(out.status.success() && said.contains("done"), "{said}");
+}
+
+/// `berth-test-dir` in `home` with `args`.
+fn test_dir_cli(home: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_berth-test-dir"))
+        .env("BERTH_HOME", home)
+        .env_remove("RUST_LOG")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Its stdout and stderr.
+fn said(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A snapshot kind written outside the library (`test-copies:DIR`,
+/// registered by `berth-test-dir`) reaches every front end with no
+/// front-end code: `create --snapshot` and its help, resume from the state
+/// in later processes, `rm` (which deletes what the kind says) and `gc
+/// --orphans` (which lists what the kind says); the API and the Python
+/// client the same; a bad argument is refused with the kind's usage, once,
+/// and creates nothing.
+#[test]
+fn a_snapshot_kind_from_outside_reaches_the_cli_the_api_and_python() {
+    use berth_tests::test_copies_snapshot::KIND as COPIES;
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let copies = home.join("copies");
+    let choice = format!("{COPIES}:{}", copies.display());
+    let ok = |args: &[&str]| {
+        let out = test_dir_cli(home, args);
+        assert!(out.status.success(), "{args:?}: {}", said(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let copies_now = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&copies)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+
+    assert!(ok(&["create", "--help"]).contains("test-copies:DIR"));
+    ok(&["create", "s", "--snapshot", &choice, "--snapshot-id", "s-1"]);
+    ok(&["exec", "s", "--", "echo kept > f"]);
+    ok(&["stop", "s"]);
+    assert_eq!(copies_now(), ["s-1.copy"]);
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(home.join("sandboxes/s.json")).unwrap())
+            .unwrap();
+    let state = &state["state"];
+    assert_eq!(state["snapshot"]["type"], COPIES, "{state}");
+    assert_eq!(state["snapshot"]["dir"], copies.display().to_string());
+    // A later process resumes it through the kind's provider, and a
+    // rebuild restores the copy.
+    ok(&["shutdown", "s"]);
+    assert_eq!(ok(&["exec", "s", "--", "cat f"]), "kept\n");
+    // A copy no sandbox uses is the kind's orphan.
+    std::fs::write(copies.join("stray.copy"), b"x").unwrap();
+    let orphans = ok(&["gc", "--orphans"]);
+    assert!(
+        orphans.contains("stray.copy") && !orphans.contains("s-1.copy"),
+        "{orphans}"
+    );
+    ok(&["gc", "--orphans", "--yes"]);
+    assert_eq!(copies_now(), ["s-1.copy"]);
+    ok(&["rm", "s"]);
+    assert!(copies_now().is_empty(), "rm left the kind's copy");
+
+    // A choice the kind refuses: its usage, one error, nothing made.
+    let out = test_dir_cli(home, &["create", "bad", "--snapshot", COPIES]);
+    let text = said(&out);
+    assert!(
+        !out.status.success() && text.contains("test-copies:DIR"),
+        "{text}"
+    );
+    assert_eq!(text.matches("error").count(), 1, "{text}");
+    assert!(!home.join("sandboxes/bad.json").exists());
+
+    ok(&["server", "start"]);
+    let script = format!(
+        r#"
+import os
+from berth_client import Berth, BerthError
+b = Berth()
+p = b.create("p", snapshot={choice:?})
+p.exec("echo api > g")
+p.stop()
+[copy] = os.listdir({dir:?})
+assert copy.endswith(".copy"), copy
+listed = [s for s in b.sandboxes() if s["name"] == "p"][0]
+assert listed["snapshot"] == {kind:?}, listed
+try:
+    b.create("q", snapshot="test-copies")
+    raise SystemExit("a bad choice was accepted")
+except BerthError as e:
+    assert e.status == 400 and "test-copies:DIR" in e.message, (e.status, e.message)
+p.remove()
+assert os.listdir({dir:?}) == [], os.listdir({dir:?})
+print("done")
+"#,
+        dir = copies.display().to_string(),
+        kind = COPIES,
+    );
+    let out = std::process::Command::new("python3")
+        .env("BERTH_HOME", home)
+        .env("PYTHONPATH", berth_tests::repo_root().join("host/python"))
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let text = said(&out);
+    ok(&["server", "stop"]);
+    assert!(out.status.success() && text.contains("done"), "{text}");
 }

@@ -87,7 +87,7 @@ async fn every_kept_generation_restores_identically_over_generated_workspaces() 
             .load(scratch_manifest("fs_store", World::RemoteClient, &scratch))
             .await
             .unwrap();
-        let spec = SnapshotSpec::LoadedPlugin(plugin).deduplicated(3);
+        let spec = SnapshotSpec::loaded_plugin(plugin).deduplicated(3);
         let client = SandboxClient::builder(&home).plugin_host(host).build();
         let mut sb = client
             .create(
@@ -486,7 +486,7 @@ async fn language_stores_hold_deduplicated_snapshots_unchanged() {
         let host = host_with_cache(&dir.path().join("compiled"));
         let manifest = berth_tests::language_store_manifest(name, &dir.path().join("data"));
         let plugin = host.load(manifest).await.unwrap();
-        let spec = SnapshotSpec::LoadedPlugin(plugin).deduplicated(1);
+        let spec = SnapshotSpec::loaded_plugin(plugin).deduplicated(1);
         let home = dir.path().join("home");
         let client = SandboxClient::builder(&home)
             .plugin_host(host)

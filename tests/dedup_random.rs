@@ -91,7 +91,7 @@ async fn random_edits_between_cached_stops_restore_every_generation_exactly() {
             .load(scratch_manifest("fs_store", World::RemoteClient, &scratch))
             .await
             .unwrap();
-        let spec = SnapshotSpec::LoadedPlugin(plugin).deduplicated(50);
+        let spec = SnapshotSpec::loaded_plugin(plugin).deduplicated(50);
         let client = SandboxClient::builder(&home).plugin_host(host).build();
         let mut sb = client
             .create(
@@ -211,7 +211,7 @@ async fn a_rewind_can_be_undone_and_a_collected_generation_is_refused() {
         .load(scratch_manifest("fs_store", World::RemoteClient, &scratch))
         .await
         .unwrap();
-    let spec = SnapshotSpec::LoadedPlugin(plugin).deduplicated(2);
+    let spec = SnapshotSpec::loaded_plugin(plugin).deduplicated(2);
     let client = SandboxClient::builder(&home).plugin_host(host).build();
     let mut sb = client
         .create(

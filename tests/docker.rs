@@ -43,7 +43,7 @@ async fn resume_in_every_case_restores_byte_identical() {
     let mut sb = client
         .create(
             SandboxSpec::new(workspace())
-                .snapshot(SnapshotSpec::Local { base_dir: snaps })
+                .snapshot(SnapshotSpec::local(snaps))
                 .backend(BackendSpec::new(DockerOptions::new(test_image()))),
         )
         .await
@@ -225,7 +225,7 @@ async fn unsupported_run_arguments_are_refused_by_name() {
     let err = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .backend(BackendSpec::new(options)),
         )
         .await
@@ -280,9 +280,7 @@ async fn a_container_we_do_not_own_is_left_alone() {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Local {
-                    base_dir: dir.path().join("snaps"),
-                })
+                .snapshot(SnapshotSpec::local(dir.path().join("snaps")))
                 .backend(BackendSpec::new(
                     DockerOptions::new(test_image()).existing_container(&name),
                 )),
@@ -319,7 +317,7 @@ async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
     let err = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .backend(BackendSpec::new(options)),
         )
         .await
@@ -404,7 +402,7 @@ async fn a_container_of_another_sandbox_is_never_adopted_by_name() {
     let name = format!("berth-shared-name-{}", std::process::id());
     let spec = || {
         SandboxSpec::new(WorkspaceSpec::default())
-            .snapshot(SnapshotSpec::Noop)
+            .snapshot(SnapshotSpec::noop())
             .backend(BackendSpec::new(
                 DockerOptions::new(test_image()).name(name.clone()),
             ))
@@ -433,9 +431,7 @@ async fn a_restore_refused_at_its_last_entry_leaves_nothing_behind() {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Local {
-                    base_dir: snaps.clone(),
-                })
+                .snapshot(SnapshotSpec::local(snaps.clone()))
                 .backend(BackendSpec::new(DockerOptions::new(test_image()))),
         )
         .await

@@ -108,9 +108,7 @@ async fn a_daemon_restart_mid_session_is_survived() {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Local {
-                    base_dir: dir.path().join("s"),
-                })
+                .snapshot(SnapshotSpec::local(dir.path().join("s")))
                 .backend(BackendSpec::new(DockerOptions::new(test_image()))),
         )
         .await

@@ -23,9 +23,7 @@ async fn new_sandbox(
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Local {
-                    base_dir: snaps.to_path_buf(),
-                })
+                .snapshot(SnapshotSpec::local(snaps.to_path_buf()))
                 .backend(BackendSpec::new(options)),
         )
         .await

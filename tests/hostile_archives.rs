@@ -273,7 +273,7 @@ async fn sandbox(dir: &Path) -> Sandbox {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .backend(BackendSpec::new(
                     berth::backend::local::LocalOptions::default().root_dir(dir.join("root")),
                 ))

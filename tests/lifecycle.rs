@@ -51,9 +51,7 @@ async fn four_start_branches_stop_and_resume() {
     let mut sb = client
         .create(
             SandboxSpec::new(manifest(&notes))
-                .snapshot(SnapshotSpec::Local {
-                    base_dir: snapshots.clone(),
-                })
+                .snapshot(SnapshotSpec::local(snapshots.clone()))
                 .backend(BackendSpec::local()),
         )
         .await
@@ -154,7 +152,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     let mut sb = client
         .create(
             SandboxSpec::new(spec)
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .snapshot_id("my-stable-id")
                 .backend(BackendSpec::local()),
         )
@@ -177,7 +175,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     let mut derived = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .backend(BackendSpec::local()),
         )
         .await
@@ -200,7 +198,7 @@ async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     let err = client
         .create(
             SandboxSpec::new(bad)
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .backend(BackendSpec::local()),
         )
         .await
@@ -247,9 +245,7 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
     let mut sb = client
         .create(
             SandboxSpec::new(spec)
-                .snapshot(SnapshotSpec::Local {
-                    base_dir: snapshots.clone(),
-                })
+                .snapshot(SnapshotSpec::local(snapshots.clone()))
                 .backend(BackendSpec::local()),
         )
         .await
@@ -322,9 +318,7 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Plugin {
-                    plugin: manifest_path.clone(),
-                })
+                .snapshot(SnapshotSpec::plugin(manifest_path.clone()))
                 .backend(BackendSpec::local())
                 .options(options()),
         )
@@ -337,7 +331,7 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
     let state = sb.state();
     assert_eq!(state.snapshot.kind, "plugin");
     assert_eq!(state.snapshot.compression.as_deref(), Some("zstd"));
-    assert!(state.snapshot.plugin.is_some());
+    assert!(state.snapshot.fields.contains_key("plugin"));
     sb.shutdown().await.unwrap();
 
     // As if on another host: a fresh client home, only the state JSON saved
@@ -368,7 +362,7 @@ async fn exec_timeout_kills_the_process_group_and_caps_count_bytes() {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .backend(BackendSpec::local()),
         )
         .await
@@ -424,9 +418,7 @@ async fn close_runs_shutdown_even_when_stop_fails() {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Local {
-                    base_dir: dir.path().join("snaps"),
-                })
+                .snapshot(SnapshotSpec::local(dir.path().join("snaps")))
                 .backend(BackendSpec::new(
                     berth::backend::local::LocalOptions::default().root_dir(dir.path().join("ws")),
                 )),

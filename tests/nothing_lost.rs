@@ -138,9 +138,7 @@ async fn stop_freezes_the_container_so_the_snapshot_is_one_moment() {
         let mut sb = client
             .create(
                 SandboxSpec::new(WorkspaceSpec::default())
-                    .snapshot(SnapshotSpec::Local {
-                        base_dir: snaps.clone(),
-                    })
+                    .snapshot(SnapshotSpec::local(snaps.clone()))
                     .snapshot_id("freeze")
                     .backend(BackendSpec::new(DockerOptions::new(test_image())))
                     .options(options),
@@ -225,7 +223,7 @@ async fn a_store_that_keeps_sending_is_cut_off_at_the_recorded_size() {
     let sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Remote { plugin: manifest })
+                .snapshot(SnapshotSpec::remote(manifest))
                 .snapshot_id("endless")
                 .backend(BackendSpec::local()),
         )
@@ -289,7 +287,7 @@ async fn hydrate_reads_a_users_stream_no_further_than_the_archive_limit() {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .backend(BackendSpec::local())
                 .options(options),
         )
@@ -313,9 +311,7 @@ async fn stop_refuses_a_workspace_that_replaced_the_one_it_set_up() {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Local {
-                    base_dir: dir.path().join("snaps"),
-                })
+                .snapshot(SnapshotSpec::local(dir.path().join("snaps")))
                 .snapshot_id("guarded")
                 .backend(BackendSpec::new(
                     berth::backend::local::LocalOptions::default().root_dir(root.clone()),

@@ -175,9 +175,7 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
         let mut sb = client
             .create(
                 SandboxSpec::new(workspace)
-                    .snapshot(SnapshotSpec::Local {
-                        base_dir: home.join("snapshots"),
-                    })
+                    .snapshot(SnapshotSpec::local(home.join("snapshots")))
                     .backend(backend),
             )
             .await

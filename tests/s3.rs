@@ -252,7 +252,7 @@ async fn a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory() {
     let mut sb = host_a
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Remote { plugin: manifest })
+                .snapshot(SnapshotSpec::remote(manifest))
                 .backend(BackendSpec::local()),
         )
         .await
@@ -306,7 +306,7 @@ async fn boto3_reads_what_the_plugin_wrote_as_a_valid_tar() {
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Remote { plugin: manifest })
+                .snapshot(SnapshotSpec::remote(manifest))
                 .snapshot_id("boto3-check")
                 .backend(BackendSpec::local()),
         )

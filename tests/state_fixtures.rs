@@ -213,7 +213,7 @@ async fn a_deduplicated_snapshot_recorded_as_remote_resumes_deduplicated() {
     let store = dir.path().join("store");
     let manifest = berth_tests::fs_store_manifest(dir.path(), &store);
     let client = SandboxClient::builder(&home).save_state(false).build();
-    let spec = berth::sandbox::SnapshotSpec::Remote { plugin: manifest }.deduplicated(2);
+    let spec = berth::sandbox::SnapshotSpec::remote(manifest).deduplicated(2);
     let mut sb = client
         .create(berth::sandbox::SandboxSpec::new(Default::default()).snapshot(spec))
         .await

@@ -2,6 +2,7 @@
 //! components and the `berth` binary are, and scratch grants for plugins.
 
 pub mod swarm_fixture;
+pub mod test_copies_snapshot;
 pub mod test_dir_backend;
 pub mod workspace_gen;
 
@@ -263,7 +264,7 @@ pub async fn started_sandbox(
     backend: berth::sandbox::BackendSpec,
 ) -> berth::sandbox::Sandbox {
     let spec = berth::sandbox::SandboxSpec::new(berth::workspace::WorkspaceSpec::default())
-        .snapshot(berth::sandbox::SnapshotSpec::Noop)
+        .snapshot(berth::sandbox::SnapshotSpec::noop())
         .backend(backend);
     let mut sb = client.create(spec).await.unwrap();
     sb.start().await.unwrap();

@@ -567,9 +567,7 @@ impl berth::conformance::BackendUnderTest for SwarmUnderTest {
     }
 
     fn snapshot(&self, _home: &Path) -> berth::sandbox::SnapshotSpec {
-        berth::sandbox::SnapshotSpec::Remote {
-            plugin: self.manifest.clone(),
-        }
+        berth::sandbox::SnapshotSpec::remote(self.manifest.clone())
     }
 
     fn disasters(&self) -> Vec<berth::conformance::Disaster> {

@@ -100,9 +100,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     let mut sandbox = client
         .create(
             SandboxSpec::new(workspace)
-                .snapshot(SnapshotSpec::Remote {
-                    plugin: manifest.clone(),
-                })
+                .snapshot(SnapshotSpec::remote(manifest.clone()))
                 .backend(BackendSpec::local())
                 .options(options()),
         )
@@ -211,9 +209,7 @@ async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<
     let mut sandbox = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Remote {
-                    plugin: manifest.to_path_buf(),
-                })
+                .snapshot(SnapshotSpec::remote(manifest.to_path_buf()))
                 .backend(BackendSpec::new(
                     DockerOptions::new(image).memory(256 << 20),
                 ))

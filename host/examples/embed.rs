@@ -23,7 +23,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workspace: WorkspaceSpec = serde_json::from_str(
         r#"{"entries": {"task.md": {"type": "file", "content": "fix it\n"}}}"#,
     )?;
-    let spec = SandboxSpec::new(workspace).snapshot(SnapshotSpec::LoadedPlugin(plugin.clone()));
+    let spec = SandboxSpec::new(workspace).snapshot(SnapshotSpec::loaded_plugin(plugin.clone()));
     let mut sandbox = client.create(spec).await?;
     sandbox.start().await?;
     let run = |cmd: &str| ExecRequest::new(cmd, Duration::from_secs(30));
@@ -34,7 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(sandbox);
 
     let state = SandboxState::from_json(&saved)?;
-    let snapshot = Some(SnapshotSpec::LoadedPlugin(plugin));
+    let snapshot = Some(SnapshotSpec::loaded_plugin(plugin));
     let mut sandbox = client
         .resume(state, snapshot, SandboxOptions::default())
         .await?;

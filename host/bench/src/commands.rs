@@ -58,7 +58,7 @@ pub(super) async fn command_rows(
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .backend(BackendSpec::new(DockerOptions::new(image.to_string()))),
         )
         .await?;

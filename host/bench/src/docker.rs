@@ -42,9 +42,7 @@ pub(super) async fn docker_rows(
     let new_sandbox = || {
         client.create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Local {
-                    base_dir: snaps.clone(),
-                })
+                .snapshot(SnapshotSpec::local(snaps.clone()))
                 .backend(BackendSpec::new(DockerOptions::new(image.clone())))
                 .options(opts()),
         )
@@ -82,7 +80,7 @@ pub(super) async fn docker_rows(
     let mut plain = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
-                .snapshot(SnapshotSpec::Noop)
+                .snapshot(SnapshotSpec::noop())
                 .backend(BackendSpec::new(
                     DockerOptions::new(image.clone()).agent(false),
                 ))

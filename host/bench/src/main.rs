@@ -283,9 +283,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                     berth_roundtrip(
                         &client,
                         &src,
-                        SnapshotSpec::Local {
-                            base_dir: base.path().join("snaps"),
-                        },
+                        SnapshotSpec::local(base.path().join("snaps")),
                     )
                     .await?
                 }
@@ -357,15 +355,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .find(|(p, _)| want("dedup") && p.manifest == "fs-store.toml")
     {
-        let store = SnapshotSpec::Remote {
-            plugin: manifest.clone(),
-        };
+        let store = SnapshotSpec::remote(manifest.clone());
         rows.append(&mut dedup_rows(base.path(), &src, "fs-store", store, runs, args.quick).await?);
     }
     match s3_manifest(base.path(), "bench-dedup/") {
         _ if !want("dedup") => {}
         Ok(manifest) => {
-            let store = SnapshotSpec::Remote { plugin: manifest };
+            let store = SnapshotSpec::remote(manifest);
             match dedup_rows(base.path(), &src, "s3-store", store, runs, args.quick).await {
                 Ok(mut r) => rows.append(&mut r),
                 Err(e) => eprintln!("bench: S3 dedup rows skipped: {e:#}"),

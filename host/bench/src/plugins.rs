@@ -91,13 +91,9 @@ pub(super) fn write_manifests(
 
 pub(super) fn snapshot_spec(plugin: &BenchPlugin, manifest: &Path) -> SnapshotSpec {
     if plugin.snapshot_world {
-        SnapshotSpec::Plugin {
-            plugin: manifest.to_path_buf(),
-        }
+        SnapshotSpec::plugin(manifest.to_path_buf())
     } else {
-        SnapshotSpec::Remote {
-            plugin: manifest.to_path_buf(),
-        }
+        SnapshotSpec::remote(manifest.to_path_buf())
     }
 }
 

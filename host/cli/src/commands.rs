@@ -161,8 +161,9 @@ enum Command {
         /// List what would be deleted; delete nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Instead, find what no known sandbox uses any more: local
-        /// archives in $BERTH_HOME/snapshots, and generations `berth rm`
+        /// Instead, find what no known sandbox uses any more: the snapshot
+        /// files each kind names (the local kind's archives in
+        /// $BERTH_HOME/snapshots), and generations `berth rm`
         /// kept for forks that are gone since. Lists them; deletes them
         /// only with --yes.
         #[arg(long)]
@@ -265,7 +266,11 @@ impl Cli {
             // Not text: nothing to expand that clap would accept anyway.
             None => args,
         };
-        let help = sandboxes::settings_help(&docs);
+        let help = format!(
+            "{}\n\nSnapshot kinds (--snapshot): {}",
+            sandboxes::settings_help(&docs).trim_end(),
+            sandboxes::snapshot_choices().join(", ")
+        );
         command = command.mut_subcommand("create", |c| c.after_long_help(help));
         let matches = command.get_matches_from(args);
         Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())

@@ -37,6 +37,9 @@ pub(crate) fn client(home: &Path) -> SandboxClient {
     for provider in crate::extra_providers() {
         builder = builder.backend_provider_shared(provider.clone());
     }
+    for provider in crate::extra_snapshot_providers() {
+        builder = builder.snapshot_provider_shared(provider.clone());
+    }
     builder.build()
 }
 

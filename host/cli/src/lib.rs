@@ -11,7 +11,10 @@
 //! ```
 //!
 //! Its kinds then reach `berth create --backend KIND` (their settings as
-//! flags and in `--help`), `berth serve`'s API and everything after.
+//! flags and in `--help`), `berth serve`'s API and everything after; a
+//! snapshot kind added with [`Berth::snapshot_provider`] reaches
+//! `--snapshot KIND[:ARGUMENT]`, the API's `snapshot`, resume and
+//! `berth gc --orphans` the same way.
 
 mod commands;
 mod home;
@@ -27,25 +30,38 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use berth::backend::BackendProvider;
+use berth::snapshot::SnapshotProvider;
 use std::time::Duration;
 
 /// How long an interrupted command may take to undo what it began (resume
 /// a container paused for a stop) before the process exits anyway.
 const UNDO_GRACE: Duration = Duration::from_secs(20);
 
-/// The providers an embedder added (see [`Berth::backend_provider`]).
-static EXTRA_PROVIDERS: std::sync::OnceLock<Vec<Arc<dyn BackendProvider>>> =
-    std::sync::OnceLock::new();
+/// The kinds an embedder added (see [`Berth::backend_provider`] and
+/// [`Berth::snapshot_provider`]).
+static EXTRA_KINDS: std::sync::OnceLock<Berth> = std::sync::OnceLock::new();
 
 /// The backend providers registered beside the built-in ones.
 pub(crate) fn extra_providers() -> &'static [Arc<dyn BackendProvider>] {
-    EXTRA_PROVIDERS.get().map(Vec::as_slice).unwrap_or_default()
+    EXTRA_KINDS
+        .get()
+        .map(|b| b.providers.as_slice())
+        .unwrap_or_default()
 }
 
-/// The `berth` command, with the backend kinds it knows.
+/// The snapshot providers registered beside the built-in ones.
+pub(crate) fn extra_snapshot_providers() -> &'static [Arc<dyn SnapshotProvider>] {
+    EXTRA_KINDS
+        .get()
+        .map(|b| b.snapshot_providers.as_slice())
+        .unwrap_or_default()
+}
+
+/// The `berth` command, with the backend and snapshot kinds it knows.
 #[derive(Default)]
 pub struct Berth {
     providers: Vec<Arc<dyn BackendProvider>>,
+    snapshot_providers: Vec<Arc<dyn SnapshotProvider>>,
 }
 
 impl Berth {
@@ -60,11 +76,17 @@ impl Berth {
         self
     }
 
+    /// Adds a snapshot kind (replacing a built-in one of the same kind).
+    pub fn snapshot_provider(mut self, provider: Arc<dyn SnapshotProvider>) -> Self {
+        self.snapshot_providers.push(provider);
+        self
+    }
+
     /// Parses the process's arguments and runs the command, as the
     /// `berth` binary does.
     pub fn main(self) -> ExitCode {
         // The first call wins: one set of kinds per process.
-        let _ = EXTRA_PROVIDERS.set(self.providers);
+        let _ = EXTRA_KINDS.set(self);
         main()
     }
 }

@@ -65,9 +65,7 @@ pub trait BackendUnderTest: Send + Sync {
     /// snapshot under `home`; a backend that starts sandboxes on other
     /// hosts needs a shared store.
     fn snapshot(&self, home: &Path) -> SnapshotSpec {
-        SnapshotSpec::Local {
-            base_dir: home.join("snapshots"),
-        }
+        SnapshotSpec::local(home.join("snapshots"))
     }
 
     /// The disasters this backend can suffer (each gets a clause).

@@ -22,6 +22,7 @@ pub mod inspect;
 pub mod manifest;
 /// The OCI registry client, by its old path.
 pub use crate::registry;
+mod snapshot_kinds;
 mod stream_bridge;
 mod wasm_remote_client;
 mod wasm_snapshot;
@@ -33,6 +34,7 @@ pub use manifest::{
     PluginManifest, World,
 };
 pub use registry::{OciReference, Registry, RegistryError, RegistryOptions};
+pub use snapshot_kinds::{LazyPluginHost, PluginKindProvider, PluginOptions, PluginRef};
 pub use wasm_remote_client::WasmRemoteClient;
 pub use wasm_snapshot::WasmSnapshot;
 
@@ -164,7 +166,7 @@ impl PluginHost {
     ///     .with_config("root", "/data");
     /// let plugin = PluginHost::new()?.load(manifest).await?;
     /// let spec = SandboxSpec::new(WorkspaceSpec::default())
-    ///     .snapshot(SnapshotSpec::LoadedPlugin(plugin));
+    ///     .snapshot(SnapshotSpec::loaded_plugin(plugin));
     /// # let _ = spec; Ok(()) }
     /// ```
     pub async fn load(&self, manifest: PluginManifest) -> Result<Plugin, PluginError> {

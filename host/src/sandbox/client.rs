@@ -4,16 +4,20 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::snapshot_binding::{self, SnapshotChoiceError};
 use super::{
-    snapshot_binding, Sandbox, SandboxError, SandboxOptions, SandboxState, SnapshotSpec,
-    SnapshotState, StateFile, StateSink,
+    Sandbox, SandboxError, SandboxOptions, SandboxState, SnapshotSpec, SnapshotState, StateFile,
+    StateSink,
 };
 use crate::backend::{
     Backend, BackendError, BackendProvider, BackendSettings, BackendSpec, BackendState,
     BackendSummary, CreateContext, Registry, SettingDoc, SettingsError,
 };
-use crate::plugin::PluginHost;
-use crate::snapshot::{DeleteReport, GcReport, Generations, PackCache, SandboxSnapshot};
+use crate::plugin::{LazyPluginHost, PluginHost};
+use crate::snapshot::{
+    DeleteReport, GcReport, Generations, OrphanFile, PackCache, Registry as SnapshotRegistry,
+    SandboxSnapshot, SnapshotProvider,
+};
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::StorageError;
 use crate::workspace::entries::{self, Selection};
@@ -90,6 +94,7 @@ pub struct SandboxClientBuilder {
     save_state: bool,
     pack_cache: Option<Option<PackCache>>,
     backends: Registry,
+    snapshot_providers: SnapshotRegistry,
     progress: Option<crate::backend::ProgressSink>,
 }
 
@@ -115,6 +120,19 @@ impl SandboxClientBuilder {
     /// an embedder's kinds on every client it builds).
     pub fn backend_provider_shared(mut self, provider: Arc<dyn BackendProvider>) -> Self {
         self.backends.register(provider);
+        self
+    }
+
+    /// Registers the provider of a snapshot kind (replacing a built-in
+    /// one of the same kind): sandboxes whose state names it resume
+    /// without a spec, and `--snapshot KIND[:ARGUMENT]` chooses it.
+    pub fn snapshot_provider(self, provider: impl SnapshotProvider + 'static) -> Self {
+        self.snapshot_provider_shared(Arc::new(provider))
+    }
+
+    /// [`SandboxClientBuilder::snapshot_provider`] for a shared provider.
+    pub fn snapshot_provider_shared(mut self, provider: Arc<dyn SnapshotProvider>) -> Self {
+        self.snapshot_providers.register(provider);
         self
     }
 
@@ -146,9 +164,13 @@ impl SandboxClientBuilder {
 
     /// The client.
     pub fn build(self) -> SandboxClient {
-        let plugins = Arc::new(tokio::sync::OnceCell::new());
-        if let Some(host) = self.plugins {
-            let _ = plugins.set(host);
+        let plugins = match self.plugins {
+            Some(host) => LazyPluginHost::with(host),
+            None => LazyPluginHost::default(),
+        };
+        let mut snapshots = snapshot_binding::default_providers(&plugins);
+        for provider in self.snapshot_providers.providers() {
+            snapshots.register(provider.clone());
         }
         let pack_cache = self
             .pack_cache
@@ -163,6 +185,7 @@ impl SandboxClientBuilder {
             save_state: self.save_state,
             pack_cache,
             backends,
+            snapshots,
         }
     }
 }
@@ -176,10 +199,11 @@ impl SandboxClientBuilder {
 #[derive(Clone, Debug)]
 pub struct SandboxClient {
     home: PathBuf,
-    plugins: Arc<tokio::sync::OnceCell<PluginHost>>,
+    plugins: LazyPluginHost,
     save_state: bool,
     pack_cache: Option<PackCache>,
     backends: Registry,
+    snapshots: SnapshotRegistry,
 }
 
 impl SandboxClient {
@@ -208,6 +232,7 @@ impl SandboxClient {
             save_state: true,
             pack_cache: None,
             backends: Registry::with_defaults(),
+            snapshot_providers: SnapshotRegistry::default(),
             progress: None,
         }
     }
@@ -277,6 +302,41 @@ impl SandboxClient {
         }
     }
 
+    /// The snapshot a `--snapshot KIND[:ARGUMENT]` choice names, its kind's
+    /// provider parsing the argument.
+    pub fn snapshot_from_choice(&self, choice: &str) -> Result<SnapshotSpec, SnapshotChoiceError> {
+        let options = snapshot_binding::resolve_choice(&self.snapshots, choice, &self.home)?;
+        Ok(SnapshotSpec::from_options(options))
+    }
+
+    /// How `--snapshot` names each snapshot kind this client knows, sorted
+    /// by kind.
+    pub fn snapshot_choices(&self) -> Vec<String> {
+        self.snapshots.usages()
+    }
+
+    /// The spec a snapshot state was made from, through its kind's
+    /// provider: what a resume without a spec binds.
+    pub fn snapshot_spec_of(&self, state: &SnapshotState) -> Result<SnapshotSpec, SandboxError> {
+        snapshot_binding::spec_of(&self.snapshots, state)
+    }
+
+    /// The snapshot files on this host, of every kind, that none of
+    /// `known` (the snapshot states of every sandbox known) uses: what
+    /// `berth gc --orphans` lists and deletes. Nothing is deleted here.
+    pub fn snapshot_orphan_files(&self, known: &[&SnapshotState]) -> Vec<OrphanFile> {
+        let mut out = Vec::new();
+        for provider in self.snapshots.providers() {
+            let of_kind: Vec<&SnapshotState> = known
+                .iter()
+                .copied()
+                .filter(|s| s.kind == provider.kind())
+                .collect();
+            out.extend(provider.orphan_files(&self.home, &of_kind));
+        }
+        out
+    }
+
     /// The home directory.
     pub fn home(&self) -> &Path {
         &self.home
@@ -285,10 +345,7 @@ impl SandboxClient {
     /// The plugin host shared by this client's sandboxes (made on first
     /// use).
     pub async fn plugin_host(&self) -> Result<&PluginHost, SandboxError> {
-        Ok(self
-            .plugins
-            .get_or_try_init(|| async { PluginHost::new() })
-            .await?)
+        Ok(self.plugins.get().await?)
     }
 
     /// Where a sandbox's state is saved by default.
@@ -342,24 +399,19 @@ impl SandboxClient {
             .fork_base(generation)
             .await?;
         let keep = base.keep;
-        let store = match store {
-            SnapshotSpec::Dedup { store, .. } => *store,
-            SnapshotSpec::Remote { plugin } => SnapshotSpec::Remote { plugin },
-            _ => SnapshotSpec::RemoteClient(base.store),
-        };
+        let mut fields = source.snapshot.fields.clone();
+        fields.extend(base.fields);
         let previous = SnapshotState {
             kind: source.snapshot.kind.clone(),
             id: source.snapshot.id.clone(),
-            base_dir: None,
-            plugin: source.snapshot.plugin.clone(),
             digest: Some(base.seal.digest),
             size: Some(base.seal.size),
             compression: None,
             persist_pending: false,
-            fields: base.fields,
+            fields,
         };
         let spec = SandboxSpec::new(source.manifest.clone())
-            .snapshot(store.deduplicated(keep))
+            .snapshot(store.undeduplicated().deduplicated(keep))
             .backend(backend)
             .options(options);
         self.create_from(spec, Some(&previous)).await
@@ -397,11 +449,11 @@ impl SandboxClient {
         bases: &std::collections::BTreeSet<String>,
         dry_run: bool,
     ) -> Result<(DeleteReport, SnapshotState), SandboxError> {
-        let spec = SnapshotSpec::from_state(snapshot)?;
+        let spec = self.snapshot_spec_of(snapshot)?;
         let (bound, _) = snapshot_binding::bind(
             &spec,
+            snapshot_binding::options_of(&self.snapshots, &spec, &self.home)?,
             snapshot.id.clone(),
-            self.plugin_host().await?,
             Some(snapshot),
             self.pack_cache.as_ref(),
             None,
@@ -429,12 +481,12 @@ impl SandboxClient {
     ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotState, SnapshotSpec), SandboxError> {
         let spec = match snapshot {
             Some(s) => s,
-            None => SnapshotSpec::from_state(&state.snapshot)?,
+            None => self.snapshot_spec_of(&state.snapshot)?,
         };
         let (bound, record) = snapshot_binding::bind(
             &spec,
+            snapshot_binding::options_of(&self.snapshots, &spec, &self.home)?,
             state.snapshot.id.clone(),
-            self.plugin_host().await?,
             Some(&state.snapshot),
             self.pack_cache.as_ref(),
             spool_dir,
@@ -466,13 +518,11 @@ impl SandboxClient {
             None => SnapshotId::parse(&format!("berth-{session_id}"))
                 .map_err(|e| StorageError::InvalidId(e.to_string()))?,
         };
-        let snapshot = snapshot.unwrap_or_else(|| SnapshotSpec::Local {
-            base_dir: self.home.join("snapshots"),
-        });
+        let snapshot = snapshot.unwrap_or_else(|| SnapshotSpec::local(self.home.join("snapshots")));
         let (snap, snap_state) = snapshot_binding::bind(
             &snapshot,
+            snapshot_binding::options_of(&self.snapshots, &snapshot, &self.home)?,
             id,
-            self.plugin_host().await?,
             previous,
             self.pack_cache.as_ref(),
             options.spool_dir.as_deref(),

@@ -108,33 +108,22 @@ pub enum SandboxError {
         /// What is wrong with it.
         problem: String,
     },
-    /// The state records a snapshot kind this build does not know.
-    #[error("unknown snapshot kind {kind:?} in the sandbox state")]
+    /// The state or a `--snapshot` choice names a snapshot kind this
+    /// client has no provider for.
+    #[error("no snapshot provider for {kind:?} is registered (this client knows {}); register one with SandboxClientBuilder::snapshot_provider", known.join(", "))]
     UnknownSnapshotKind {
         /// The kind.
         kind: String,
+        /// The kinds the client knows.
+        known: Vec<String>,
     },
-    /// The snapshot was given as an object (a remote client, a custom
-    /// snapshot, a plugin loaded from memory), which the state cannot
-    /// record: pass the same [`SnapshotSpec`] to resume again.
-    #[error("this sandbox's {kind} snapshot was given as an object, not a manifest file, so its state cannot recreate it: pass the same SnapshotSpec to SandboxClient::resume")]
-    SnapshotNotRecorded {
-        /// The snapshot's kind.
-        kind: String,
-    },
+    /// A snapshot kind could not be made, resumed or bound (its options,
+    /// its state fields, its plugin or its store).
+    #[error(transparent)]
+    SnapshotKind(#[from] crate::snapshot::SnapshotKindError),
     /// A snapshot spec that cannot be honoured as written.
     #[error("{0}")]
     SnapshotSpec(String),
-    /// A plugin of one world was given where another is needed.
-    #[error("{plugin} is a {is}, but this snapshot needs a {needs}")]
-    PluginWorld {
-        /// The plugin.
-        plugin: String,
-        /// Its world.
-        is: &'static str,
-        /// The world needed.
-        needs: &'static str,
-    },
     /// A snapshot broke its contract with the lifecycle (it stopped
     /// reading the archive early, or does not record what it stored).
     #[error("snapshot {id} misbehaved: {problem}")]

@@ -41,6 +41,8 @@ mod state_file;
 use std::sync::Arc;
 
 pub use crate::backend::{BackendSpec, BackendState};
+pub use crate::plugin::PluginRef;
+pub use crate::snapshot::{OrphanFile, OrphanFileReason};
 pub use client::{SandboxClient, SandboxClientBuilder, SandboxSpec};
 pub use error::SandboxError;
 pub use files::{FileInfo, FileKind, FileReader, Files};
@@ -48,13 +50,10 @@ pub use moving::OrphanCleanup;
 pub use named::{NamedSandbox, NamedSandboxError, NamedSandboxes};
 pub use named_create::{CreateError, CreateRequest};
 pub use options::{Progress, ProgressFn, SandboxOptions, SaveState, StartBranch, StateSink};
-pub use orphan_files::{OrphanFile, OrphanFileReason};
 pub use processes::{BackgroundProcess, DetachRequest, ProcessState, Processes, DEFAULT_LOG_RING};
 pub use removal::{Removal, RemoveError, RemoveOptions};
 pub use snapshot_binding::{SnapshotChoiceError, SnapshotSpec};
-pub use state::{
-    BackgroundRecord, Orphan, PluginRef, SandboxState, SnapshotState, WorkspaceLineage,
-};
+pub use state::{BackgroundRecord, Orphan, SandboxState, SnapshotState, WorkspaceLineage};
 
 /// What [`Sandbox::shell`] runs when given no command.
 pub const LOGIN_SHELL: &str = "exec sh -i";

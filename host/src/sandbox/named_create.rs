@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     NamedSandbox, NamedSandboxError, NamedSandboxes, Sandbox, SandboxError, SandboxOptions,
-    SandboxSpec, SnapshotChoiceError, SnapshotSpec,
+    SandboxSpec, SnapshotChoiceError,
 };
 use crate::backend::BackendSettings;
 use crate::workspace::WorkspaceSpec;
@@ -77,7 +77,9 @@ pub enum CreateError {
     #[error(transparent)]
     Snapshot(#[from] SnapshotChoiceError),
     /// Deduplicated generations asked of a store that is not remote.
-    #[error("deduplicated generations need a remote store (remote:MANIFEST), not {snapshot:?}")]
+    #[error(
+        "deduplicated generations need a remote store (such as remote:MANIFEST), not {snapshot:?}"
+    )]
     DedupNeedsRemote {
         /// The snapshot choice given.
         snapshot: String,
@@ -124,9 +126,9 @@ impl NamedSandboxes {
         if self.read_text(&name)?.is_some() {
             return Err(NamedSandboxError::Exists { name }.into());
         }
-        let mut snapshot = SnapshotSpec::parse_choice(&request.snapshot, self.home())?;
+        let mut snapshot = self.client().snapshot_from_choice(&request.snapshot)?;
         if let Some(keep) = request.dedup_keep {
-            if !matches!(snapshot, SnapshotSpec::Remote { .. }) {
+            if snapshot.is_remote_store() != Some(true) {
                 return Err(CreateError::DedupNeedsRemote {
                     snapshot: request.snapshot,
                 });

@@ -1,161 +1,273 @@
 //! Turns a snapshot spec (on create) or snapshot state (on resume) into a
-//! live [`SandboxSnapshot`], loading plugins as needed. The state records
-//! only the plugin's manifest path and component digest; the client itself
-//! is re-created here on every resume.
+//! live [`SandboxSnapshot`] through the kinds' providers, and keeps the one
+//! layer the lifecycle owns: deduplicated generations over a remote store.
+//! The state records manifest paths and directories, never live objects;
+//! a plugin is loaded again on every resume.
+//!
+//! The built-in kinds are registered here (`default_providers`), once.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::state::{PluginRef, SnapshotState};
 use super::SandboxError;
-use crate::plugin::{Plugin, PluginHost, World};
+use crate::plugin::{LazyPluginHost, Plugin, PluginKindProvider, PluginOptions, World};
 use crate::remote_client::RemoteSnapshotClient;
 use crate::snapshot::dedup::{self, DedupOptions, DedupRecord, DedupSnapshot};
-use crate::snapshot::{LocalSnapshot, NoopSnapshot, PackCache, RemoteSnapshot, SandboxSnapshot};
+use crate::snapshot::{
+    BindContext, Binding, BoundStore, LocalOptions, LocalProvider, NoopOptions, NoopProvider,
+    PackCache, Registry, RemoteSnapshot, SandboxSnapshot, SnapshotKindError, SnapshotOptions,
+    SnapshotState,
+};
 use crate::snapshot_id::SnapshotId;
 
-/// Where a sandbox's snapshots go.
+/// The kind of snapshots an embedder gave as objects
+/// ([`SnapshotSpec::custom`]): the state cannot make them again.
+const CUSTOM: &str = "custom";
+
+/// The built-in kinds: `noop`, `local`, and the plugin kinds `remote` and
+/// `plugin`, loading with `plugins`.
+pub(super) fn default_providers(plugins: &LazyPluginHost) -> Registry {
+    let mut registry = Registry::default();
+    registry.register(Arc::new(NoopProvider));
+    registry.register(Arc::new(LocalProvider));
+    for world in [World::RemoteClient, World::Snapshot] {
+        registry.register(Arc::new(PluginKindProvider::new(world, plugins.clone())));
+    }
+    registry
+}
+
+/// Where a sandbox's snapshots go: one kind's options, or a choice the
+/// client's providers resolve (`remote:MANIFEST`), optionally kept as
+/// deduplicated generations.
 ///
-/// The state records manifest paths, never live objects: a sandbox whose
-/// store was given as an object ([`SnapshotSpec::RemoteClient`],
-/// [`SnapshotSpec::Custom`], or a [`SnapshotSpec::LoadedPlugin`] not loaded
-/// from a file) is resumed by passing the same spec to
-/// [`super::SandboxClient::resume`] again.
+/// The state records what the kind needs to bind again (a directory, a
+/// manifest path), never live objects: a sandbox whose store was given as
+/// an object ([`SnapshotSpec::remote_client`], [`SnapshotSpec::custom`], or
+/// a [`SnapshotSpec::loaded_plugin`] not loaded from a file) is resumed by
+/// passing the same spec to [`super::SandboxClient::resume`] again.
 #[derive(Clone)]
-#[non_exhaustive]
-pub enum SnapshotSpec {
-    /// Persistence disabled.
-    Noop,
-    /// `<base_dir>/<id>.tar` on the host.
-    Local {
-        /// Base directory.
-        base_dir: PathBuf,
-    },
-    /// A remote store: a `remote-client-plugin` described by its manifest.
-    Remote {
-        /// Plugin manifest path.
-        plugin: PathBuf,
-    },
-    /// A `snapshot-plugin` described by its manifest.
-    Plugin {
-        /// Plugin manifest path.
-        plugin: PathBuf,
-    },
-    /// A plugin already loaded with a [`PluginHost`]: a
-    /// `remote-client-plugin` becomes a remote snapshot, a
-    /// `snapshot-plugin` is used as it is.
-    LoadedPlugin(Plugin),
-    /// Any remote snapshot client, native or Wasm: the snapshot is the
-    /// archive stored under the sandbox's snapshot id.
-    RemoteClient(Arc<dyn RemoteSnapshotClient>),
-    /// A whole snapshot implementation of the embedder's own.
-    Custom(Arc<dyn SandboxSnapshot>),
-    /// Incremental, deduplicated generations (a [`DedupSnapshot`]) in the
-    /// remote store `store` (a [`SnapshotSpec::Remote`],
-    /// [`SnapshotSpec::RemoteClient`], or a remote-client
-    /// [`SnapshotSpec::LoadedPlugin`]), keeping the newest `keep`. The
-    /// state records it, so a resume without a spec is deduplicated too.
-    Dedup {
-        /// The remote store.
-        store: Box<SnapshotSpec>,
-        /// Generations kept (at least 1).
-        keep: u32,
-    },
+pub struct SnapshotSpec {
+    store: Store,
+    keep: Option<u32>,
+}
+
+#[derive(Clone)]
+enum Store {
+    Options(Arc<dyn SnapshotOptions>),
+    Choice(String),
 }
 
 impl SnapshotSpec {
-    /// Parses `berth create --snapshot`'s grammar: `noop`, `local` (under
-    /// `home/snapshots`), `local:DIR`, `plugin:MANIFEST`, `remote:MANIFEST`.
-    /// Relative paths are made absolute against the current directory.
-    pub fn parse_choice(s: &str, home: &std::path::Path) -> Result<Self, SnapshotChoiceError> {
-        let abs = |p: &str| std::path::absolute(p).map_err(|_| SnapshotChoiceError(s.to_string()));
-        Ok(match s.split_once(':') {
-            None if s == "noop" => SnapshotSpec::Noop,
-            None if s == "local" => SnapshotSpec::Local {
-                base_dir: home.join("snapshots"),
-            },
-            Some(("local", dir)) if !dir.is_empty() => SnapshotSpec::Local {
-                base_dir: abs(dir)?,
-            },
-            Some(("plugin", m)) if !m.is_empty() => SnapshotSpec::Plugin { plugin: abs(m)? },
-            Some(("remote", m)) if !m.is_empty() => SnapshotSpec::Remote { plugin: abs(m)? },
-            _ => return Err(SnapshotChoiceError(s.to_string())),
+    /// A snapshot of an embedder's kind, or of a built-in one by its
+    /// options.
+    pub fn new(options: impl SnapshotOptions + 'static) -> Self {
+        SnapshotSpec::from_options(Arc::new(options))
+    }
+
+    /// A snapshot with these options.
+    pub fn from_options(options: Arc<dyn SnapshotOptions>) -> Self {
+        SnapshotSpec {
+            store: Store::Options(options),
+            keep: None,
+        }
+    }
+
+    /// `berth create --snapshot`'s grammar, `KIND[:ARGUMENT]` (`noop`,
+    /// `local`, `local:DIR`, `plugin:MANIFEST`, `remote:MANIFEST`, or a
+    /// registered kind's own), resolved by the client's providers when the
+    /// sandbox is made.
+    pub fn choice(choice: impl Into<String>) -> Self {
+        SnapshotSpec {
+            store: Store::Choice(choice.into()),
+            keep: None,
+        }
+    }
+
+    /// Persistence disabled.
+    pub fn noop() -> Self {
+        SnapshotSpec::new(NoopOptions)
+    }
+
+    /// `<base_dir>/<id>.tar` on this host.
+    pub fn local(base_dir: impl Into<PathBuf>) -> Self {
+        SnapshotSpec::new(LocalOptions {
+            base_dir: base_dir.into(),
         })
     }
 
-    /// This remote store, deduplicated, keeping `keep` generations.
-    pub fn deduplicated(self, keep: u32) -> Self {
-        SnapshotSpec::Dedup {
-            store: Box::new(self),
-            keep: keep.max(1),
+    /// A remote store: the `remote-client-plugin` of `manifest`, loaded
+    /// with the client's plugin host.
+    pub fn remote(manifest: impl Into<PathBuf>) -> Self {
+        SnapshotSpec::choice(format!("remote:{}", manifest.into().display()))
+    }
+
+    /// The `snapshot-plugin` of `manifest`, loaded with the client's
+    /// plugin host.
+    pub fn plugin(manifest: impl Into<PathBuf>) -> Self {
+        SnapshotSpec::choice(format!("plugin:{}", manifest.into().display()))
+    }
+
+    /// A plugin already loaded with a [`crate::plugin::PluginHost`]: a
+    /// `remote-client-plugin` becomes a remote snapshot, a
+    /// `snapshot-plugin` is used as it is.
+    pub fn loaded_plugin(plugin: Plugin) -> Self {
+        SnapshotSpec::new(PluginOptions::loaded(plugin))
+    }
+
+    /// Any remote snapshot client, native or Wasm: the snapshot is the
+    /// archive stored under the sandbox's snapshot id.
+    pub fn remote_client(client: Arc<dyn RemoteSnapshotClient>) -> Self {
+        SnapshotSpec::new(ObjectOptions::Remote(client))
+    }
+
+    /// A whole snapshot implementation of the embedder's own.
+    pub fn custom(snapshot: Arc<dyn SandboxSnapshot>) -> Self {
+        SnapshotSpec::new(ObjectOptions::Custom(snapshot))
+    }
+
+    /// This remote store, kept as incremental, deduplicated generations (a
+    /// [`DedupSnapshot`]), the newest `keep` (at least 1). The state
+    /// records it, so a resume without a spec is deduplicated too.
+    pub fn deduplicated(mut self, keep: u32) -> Self {
+        self.keep = Some(keep.max(1));
+        self
+    }
+
+    /// The store without deduplication.
+    pub fn undeduplicated(mut self) -> Self {
+        self.keep = None;
+        self
+    }
+
+    /// The generations kept, when deduplicated.
+    pub fn dedup_keep(&self) -> Option<u32> {
+        self.keep
+    }
+
+    /// Whether the spec binds to a remote store (so it can be
+    /// deduplicated); `None` for a choice not resolved yet.
+    pub fn is_remote_store(&self) -> Option<bool> {
+        match &self.store {
+            Store::Options(o) => Some(o.is_remote_store()),
+            Store::Choice(_) => None,
         }
     }
 }
 
 impl std::fmt::Debug for SnapshotSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SnapshotSpec::Noop => f.write_str("Noop"),
-            SnapshotSpec::Local { base_dir } => write!(f, "Local({})", base_dir.display()),
-            SnapshotSpec::Remote { plugin } => write!(f, "Remote({})", plugin.display()),
-            SnapshotSpec::Plugin { plugin } => write!(f, "Plugin({})", plugin.display()),
-            SnapshotSpec::LoadedPlugin(p) => write!(f, "LoadedPlugin({})", p.name()),
-            SnapshotSpec::RemoteClient(_) => f.write_str("RemoteClient(..)"),
-            SnapshotSpec::Custom(_) => f.write_str("Custom(..)"),
-            SnapshotSpec::Dedup { store, keep } => write!(f, "Dedup({store:?}, keep {keep})"),
+        match &self.store {
+            Store::Options(o) => write!(f, "{o:?}")?,
+            Store::Choice(c) => write!(f, "{c:?}")?,
+        }
+        match self.keep {
+            Some(keep) => write!(f, ", deduplicated, keep {keep}"),
+            None => Ok(()),
         }
     }
 }
 
-impl SnapshotSpec {
-    /// The spec a state was made from (for resume without an override).
-    pub fn from_state(state: &SnapshotState) -> Result<Self, SandboxError> {
-        let plugin = || {
-            state
-                .plugin
-                .as_ref()
-                .map(|p| p.manifest.clone())
-                .ok_or_else(|| SandboxError::SnapshotNotRecorded {
-                    kind: state.kind.clone(),
-                })
-        };
-        let unreadable = |e: serde_json::Error| SandboxError::CorruptState {
-            problem: format!("the deduplicated snapshot's record: {e}"),
-        };
-        Ok(match state.kind.as_str() {
-            "noop" => SnapshotSpec::Noop,
-            LocalSnapshot::KIND => SnapshotSpec::Local {
-                base_dir: state
-                    .base_dir
-                    .clone()
-                    .ok_or_else(|| SandboxError::CorruptState {
-                        problem: "a local snapshot without base_dir".into(),
-                    })?,
-            },
-            // Versions before 0.4 wrote a deduplicated snapshot as
-            // `remote` with its record.
-            "remote" | dedup::KIND => {
-                let remote = SnapshotSpec::Remote { plugin: plugin()? };
-                let record = dedup::record_in(&state.fields).map_err(unreadable)?;
-                match (record, state.kind.as_str()) {
-                    (Some(record), _) => remote.deduplicated(record.keep),
-                    (None, dedup::KIND) => remote.deduplicated(1),
-                    (None, _) => remote,
-                }
-            }
-            "plugin" => SnapshotSpec::Plugin { plugin: plugin()? },
-            "custom" => {
-                return Err(SandboxError::SnapshotNotRecorded {
-                    kind: state.kind.clone(),
-                })
-            }
-            other => {
-                return Err(SandboxError::UnknownSnapshotKind {
-                    kind: other.to_string(),
-                })
-            }
+/// Snapshots given as objects.
+#[derive(Clone)]
+enum ObjectOptions {
+    Remote(Arc<dyn RemoteSnapshotClient>),
+    Custom(Arc<dyn SandboxSnapshot>),
+}
+
+impl std::fmt::Debug for ObjectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectOptions::Remote(_) => f.write_str("RemoteClient(..)"),
+            ObjectOptions::Custom(s) => write!(f, "Custom({})", s.kind()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl SnapshotOptions for ObjectOptions {
+    fn kind(&self) -> &str {
+        match self {
+            ObjectOptions::Remote(_) => "remote",
+            ObjectOptions::Custom(_) => CUSTOM,
+        }
+    }
+
+    fn is_remote_store(&self) -> bool {
+        matches!(self, ObjectOptions::Remote(_))
+    }
+
+    async fn bind(&self, _context: &BindContext<'_>) -> Result<Binding, SnapshotKindError> {
+        Ok(match self {
+            ObjectOptions::Remote(c) => Binding::new(self.kind(), BoundStore::Remote(c.clone())),
+            ObjectOptions::Custom(s) => Binding::new(CUSTOM, BoundStore::Snapshot(s.clone())),
         })
     }
+}
+
+/// A `--snapshot` choice no registered kind takes.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("--snapshot {choice:?}: {problem} (use {})", usages.join(", "))]
+#[non_exhaustive]
+pub struct SnapshotChoiceError {
+    /// The choice as given.
+    pub choice: String,
+    /// What is wrong with it.
+    pub problem: String,
+    /// How each registered kind is chosen.
+    pub usages: Vec<String>,
+}
+
+/// `choice` (`KIND[:ARGUMENT]`) resolved by its kind's provider.
+pub(super) fn resolve_choice(
+    registry: &Registry,
+    choice: &str,
+    home: &std::path::Path,
+) -> Result<Arc<dyn SnapshotOptions>, SnapshotChoiceError> {
+    let (kind, argument) = match choice.split_once(':') {
+        Some((kind, argument)) => (kind, Some(argument)),
+        None => (choice, None),
+    };
+    let refuse = |problem: String| SnapshotChoiceError {
+        choice: choice.to_string(),
+        problem,
+        usages: registry.usages(),
+    };
+    let provider = registry
+        .get(kind)
+        .ok_or_else(|| refuse(format!("no snapshot kind is called {kind:?}")))?;
+    provider.parse_choice(argument, home).map_err(|e| match e {
+        SnapshotKindError::Choice { problem, .. } => refuse(problem),
+        other => refuse(other.to_string()),
+    })
+}
+
+/// The spec a state was made from (for resume without one), through its
+/// kind's provider. Versions before 0.4 wrote a deduplicated snapshot as
+/// `remote` with its record.
+pub(super) fn spec_of(
+    registry: &Registry,
+    state: &SnapshotState,
+) -> Result<SnapshotSpec, SandboxError> {
+    let record = dedup::record_in(&state.fields).map_err(|e| SandboxError::CorruptState {
+        problem: format!("the deduplicated snapshot's record: {e}"),
+    })?;
+    let is_dedup = state.kind == dedup::KIND;
+    let kind = if is_dedup { "remote" } else { &state.kind };
+    if kind == CUSTOM {
+        return Err(SnapshotKindError::NotRecorded { kind: kind.into() }.into());
+    }
+    let provider = registry
+        .get(kind)
+        .ok_or_else(|| SandboxError::UnknownSnapshotKind {
+            kind: kind.to_string(),
+            known: registry.providers().map(|p| p.kind().to_string()).collect(),
+        })?;
+    let spec = SnapshotSpec::from_options(provider.resume(&state.fields)?);
+    Ok(match (record, is_dedup) {
+        (Some(record), _) => spec.deduplicated(record.keep),
+        (None, true) => spec.deduplicated(1),
+        (None, false) => spec,
+    })
 }
 
 /// Opens the snapshot `id` per `spec`; returns it with its state record.
@@ -164,47 +276,41 @@ impl SnapshotSpec {
 /// `cache` is where deduplicated snapshots keep packs.
 pub(super) async fn bind(
     spec: &SnapshotSpec,
+    options: Arc<dyn SnapshotOptions>,
     id: SnapshotId,
-    host: &PluginHost,
     previous: Option<&SnapshotState>,
     cache: Option<&PackCache>,
     spool_dir: Option<&std::path::Path>,
 ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotState), SandboxError> {
-    let mut state = SnapshotState {
-        kind: String::new(),
-        id: id.clone(),
-        base_dir: None,
-        plugin: None,
-        digest: previous.and_then(|p| p.digest.clone()),
-        size: previous.and_then(|p| p.size),
-        compression: previous.and_then(|p| p.compression.clone()),
-        persist_pending: previous.is_some_and(|p| p.persist_pending),
-        fields: serde_json::Map::new(),
-    };
-    let (spec, keep) = match spec {
-        SnapshotSpec::Dedup { store, keep } => (store.as_ref(), Some(*keep)),
-        other => (other, None),
-    };
     let recorded = match previous {
         Some(p) => dedup::record_in(&p.fields).map_err(|e| SandboxError::CorruptState {
             problem: format!("the deduplicated snapshot's record: {e}"),
         })?,
         None => None,
     };
-    let record = match (recorded, keep) {
+    let record = match (recorded, spec.keep) {
         (Some(record), _) => Some(record),
         (None, Some(keep)) => Some(DedupRecord::new(keep)),
         (None, None) => None,
     };
-    let bound = bind_store(spec, &id, host, previous, &mut state).await?;
-    let snapshot: Arc<dyn SandboxSnapshot> = match (bound, record) {
-        (Bound::Remote(client), Some(record)) => {
+    let binding = options.bind(&BindContext { id: &id, previous }).await?;
+    let mut state = SnapshotState {
+        kind: binding.kind,
+        id: id.clone(),
+        digest: previous.and_then(|p| p.digest.clone()),
+        size: previous.and_then(|p| p.size),
+        compression: previous.and_then(|p| p.compression.clone()),
+        persist_pending: previous.is_some_and(|p| p.persist_pending),
+        fields: binding.fields,
+    };
+    let snapshot: Arc<dyn SandboxSnapshot> = match (binding.store, record) {
+        (BoundStore::Remote(client), Some(record)) => {
             let options = DedupOptions::default()
                 .keep(record.keep)
                 .cache(cache.cloned())
                 .spool_dir(spool_dir.map(std::path::Path::to_path_buf));
             state.kind = dedup::KIND.into();
-            state.fields = dedup::record_fields(&record);
+            state.fields.extend(dedup::record_fields(&record));
             Arc::new(DedupSnapshot::resume(
                 id,
                 client,
@@ -213,122 +319,27 @@ pub(super) async fn bind(
                 options,
             ))
         }
-        (Bound::Remote(client), None) => Arc::new(RemoteSnapshot::new(id, client)),
-        (Bound::Snapshot(_), Some(_)) => {
+        (BoundStore::Remote(client), None) => Arc::new(RemoteSnapshot::new(id, client)),
+        (BoundStore::Snapshot(_), Some(_)) => {
             return Err(SandboxError::SnapshotSpec(format!(
                 "deduplication needs a remote store (a remote-client plugin or a remote client), not a {} snapshot",
                 state.kind
             )))
         }
-        (Bound::Snapshot(snapshot), None) => snapshot,
+        (BoundStore::Snapshot(snapshot), None) => snapshot,
     };
     Ok((snapshot, state))
 }
 
-/// What a spec binds to: a remote store (which becomes a remote or a
-/// deduplicated snapshot) or a whole snapshot.
-enum Bound {
-    Remote(Arc<dyn RemoteSnapshotClient>),
-    Snapshot(Arc<dyn SandboxSnapshot>),
-}
-
-async fn bind_store(
+/// The options of `spec`, its choice resolved by `registry`.
+pub(super) fn options_of(
+    registry: &Registry,
     spec: &SnapshotSpec,
-    id: &SnapshotId,
-    host: &PluginHost,
-    previous: Option<&SnapshotState>,
-    state: &mut SnapshotState,
-) -> Result<Bound, SandboxError> {
-    let id = id.clone();
-    Ok(match spec {
-        SnapshotSpec::Noop => {
-            state.kind = "noop".into();
-            Bound::Snapshot(Arc::new(NoopSnapshot::new(id)))
-        }
-        SnapshotSpec::Local { base_dir } => {
-            state.kind = LocalSnapshot::KIND.into();
-            state.base_dir = Some(base_dir.clone());
-            Bound::Snapshot(Arc::new(LocalSnapshot::new(id, base_dir.clone())?))
-        }
-        SnapshotSpec::RemoteClient(client) => {
-            state.kind = "remote".into();
-            Bound::Remote(client.clone())
-        }
-        SnapshotSpec::Custom(snapshot) => {
-            state.kind = "custom".into();
-            Bound::Snapshot(snapshot.clone())
-        }
-        SnapshotSpec::LoadedPlugin(loaded) => {
-            let source = loaded.manifest().source.clone();
-            bind_plugin(loaded, source, None, id, previous, state).await?
-        }
-        SnapshotSpec::Remote { plugin } | SnapshotSpec::Plugin { plugin } => {
-            let loaded = host.load_file(plugin).await?;
-            let wants = match spec {
-                SnapshotSpec::Remote { .. } => Some(World::RemoteClient),
-                _ => Some(World::Snapshot),
-            };
-            bind_plugin(&loaded, Some(plugin.clone()), wants, id, previous, state).await?
-        }
-        SnapshotSpec::Dedup { .. } => {
-            return Err(SandboxError::SnapshotSpec(
-                "a deduplicated snapshot cannot wrap another deduplicated snapshot".into(),
-            ))
-        }
-    })
-}
-/// A loaded plugin as the sandbox's snapshot: a remote client becomes a
-/// remote snapshot, a snapshot plugin opens `id`. `wants` is the world the
-/// spec asked for, if it named one.
-async fn bind_plugin(
-    loaded: &Plugin,
-    manifest: Option<PathBuf>,
-    wants: Option<World>,
-    id: SnapshotId,
-    previous: Option<&SnapshotState>,
-    state: &mut SnapshotState,
-) -> Result<Bound, SandboxError> {
-    let name = manifest
-        .as_ref()
-        .map(|m| m.display().to_string())
-        .unwrap_or_else(|| loaded.name().to_string());
-    if let Some(prev) = previous.and_then(|p| p.plugin.as_ref()) {
-        if prev.component_digest != loaded.digest() {
-            tracing::warn!(
-                plugin = %name,
-                recorded = %prev.component_digest,
-                now = %loaded.digest(),
-                "the snapshot plugin's component changed since this sandbox was saved"
-            );
-        }
+    home: &std::path::Path,
+) -> Result<Arc<dyn SnapshotOptions>, SandboxError> {
+    match &spec.store {
+        Store::Options(options) => Ok(options.clone()),
+        Store::Choice(choice) => Ok(resolve_choice(registry, choice, home)
+            .map_err(|e| SandboxError::SnapshotSpec(e.to_string()))?),
     }
-    state.plugin = manifest.map(|manifest| PluginRef {
-        manifest,
-        component_digest: loaded.digest().to_string(),
-    });
-    if let Some(wants) = wants {
-        if loaded.world() != wants {
-            return Err(SandboxError::PluginWorld {
-                plugin: name,
-                is: loaded.world().name(),
-                needs: wants.name(),
-            });
-        }
-    }
-    Ok(match loaded.world() {
-        World::RemoteClient => {
-            state.kind = "remote".into();
-            Bound::Remote(Arc::new(loaded.remote_client()?))
-        }
-        _ => {
-            state.kind = "plugin".into();
-            Bound::Snapshot(Arc::new(loaded.open_snapshot(id.as_str()).await?))
-        }
-    })
 }
-
-/// A snapshot choice that is not `noop`, `local`, `local:DIR`,
-/// `plugin:MANIFEST` or `remote:MANIFEST`.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("--snapshot {0:?}: use noop, local, local:DIR, plugin:MANIFEST or remote:MANIFEST")]
-pub struct SnapshotChoiceError(pub String);

@@ -5,56 +5,11 @@
 //! plugins are referenced by manifest path and component digest, and
 //! re-injected on resume.
 
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot_id::SnapshotId;
 use crate::workspace::WorkspaceSpec;
 
-/// Which plugin a snapshot used.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PluginRef {
-    /// The plugin manifest.
-    pub manifest: PathBuf,
-    /// BLAKE3 digest of the component at the time.
-    pub component_digest: String,
-}
-
-/// The snapshot part of the state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapshotState {
-    /// `noop`, `local`, `remote`, `dedup`, `plugin` or `custom`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The stable snapshot id.
-    pub id: SnapshotId,
-    /// Base directory of a local snapshot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_dir: Option<PathBuf>,
-    /// Plugin behind a remote or plugin snapshot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plugin: Option<PluginRef>,
-    /// `blake3:<hex>` (or, from older versions, `sha256:<hex>`) of the
-    /// stored archive, verified on restore.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-    /// Size in bytes of the stored archive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<u64>,
-    /// `zstd` when the stored archive is compressed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compression: Option<String>,
-    /// A stop began persisting and has not recorded its outcome: the store
-    /// may hold that (complete) newer archive, whose digest we never saw.
-    /// Set before persisting, cleared after; see `Sandbox::stop`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub persist_pending: bool,
-    /// The kind's own fields (a deduplicated snapshot's generations, under
-    /// `dedup`), as [`crate::SandboxSnapshot::state_fields`] gives them.
-    #[serde(flatten)]
-    pub fields: serde_json::Map<String, serde_json::Value>,
-}
+pub use crate::snapshot::SnapshotState;
 
 use crate::backend::BackendState;
 

@@ -11,16 +11,24 @@
 pub(crate) mod dedup;
 mod local;
 mod noop;
+mod provider;
 mod remote;
+mod state;
 
 pub use dedup::{
     ChangeKind, Changes, ChunkerParams, DedupOptions, DedupRecord, DedupSnapshot, FormatError,
     GcReport, Generation, GenerationNote, Keep, PackCache, PathChange, StopStats, TreeDiff,
     DEFAULT_CACHE_BYTES, FORMAT_VERSION,
 };
-pub use local::LocalSnapshot;
-pub use noop::NoopSnapshot;
+pub use local::{LocalOptions, LocalProvider, LocalSnapshot};
+pub use noop::{NoopOptions, NoopProvider, NoopSnapshot};
+pub(crate) use provider::Registry;
+pub use provider::{
+    absolute_argument, BindContext, Binding, BoundStore, KindFields, OrphanFile, OrphanFileReason,
+    SnapshotKindError, SnapshotOptions, SnapshotProvider,
+};
 pub use remote::RemoteSnapshot;
+pub use state::SnapshotState;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 

@@ -2,6 +2,12 @@
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use std::sync::Arc;
+
+use super::provider::{
+    BindContext, Binding, BoundStore, KindFields, SnapshotKindError, SnapshotOptions,
+    SnapshotProvider,
+};
 use super::SandboxSnapshot;
 use crate::snapshot_id::SnapshotId;
 use crate::store_error::{StorageError, StoreError};
@@ -14,6 +20,9 @@ pub struct NoopSnapshot {
 }
 
 impl NoopSnapshot {
+    /// The kind's name, in the sandbox state and `--snapshot noop`.
+    pub const KIND: &'static str = "noop";
+
     /// A noop snapshot named `id`.
     pub fn new(id: SnapshotId) -> Self {
         NoopSnapshot { id }
@@ -27,7 +36,7 @@ impl SandboxSnapshot for NoopSnapshot {
     }
 
     fn kind(&self) -> &str {
-        "noop"
+        Self::KIND
     }
 
     fn persistence_enabled(&self) -> bool {
@@ -58,5 +67,55 @@ impl SandboxSnapshot for NoopSnapshot {
 
     async fn delete_stored(&self) -> Result<super::DeleteReport, StoreError> {
         Ok(super::DeleteReport::default())
+    }
+}
+
+/// The noop kind's options: nothing to set.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopOptions;
+
+#[async_trait::async_trait]
+impl SnapshotOptions for NoopOptions {
+    fn kind(&self) -> &str {
+        NoopSnapshot::KIND
+    }
+
+    async fn bind(&self, context: &BindContext<'_>) -> Result<Binding, SnapshotKindError> {
+        Ok(Binding::new(
+            NoopSnapshot::KIND,
+            BoundStore::Snapshot(Arc::new(NoopSnapshot::new(context.id.clone()))),
+        ))
+    }
+}
+
+/// The noop kind: `--snapshot noop`, persistence off.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopProvider;
+
+impl SnapshotProvider for NoopProvider {
+    fn kind(&self) -> &str {
+        NoopSnapshot::KIND
+    }
+
+    fn choice_usage(&self) -> String {
+        "noop".into()
+    }
+
+    fn parse_choice(
+        &self,
+        argument: Option<&str>,
+        _home: &std::path::Path,
+    ) -> Result<Arc<dyn SnapshotOptions>, SnapshotKindError> {
+        match argument {
+            None => Ok(Arc::new(NoopOptions)),
+            Some(a) => Err(SnapshotKindError::Choice {
+                choice: format!("noop:{a}"),
+                problem: "noop takes no argument".into(),
+            }),
+        }
+    }
+
+    fn resume(&self, _fields: &KindFields) -> Result<Arc<dyn SnapshotOptions>, SnapshotKindError> {
+        Ok(Arc::new(NoopOptions))
     }
 }

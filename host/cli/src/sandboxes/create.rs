@@ -19,7 +19,9 @@ pub struct CreateArgs {
     /// Workspace manifest (JSON: root, environment, entries).
     #[arg(long)]
     workspace: Option<PathBuf>,
-    /// Snapshot store: noop, local, local:DIR, plugin:MANIFEST, remote:MANIFEST.
+    /// Snapshot store, KIND[:ARGUMENT]: noop, local, local:DIR,
+    /// plugin:MANIFEST, remote:MANIFEST, or a kind this command was built
+    /// with.
     #[arg(long, default_value = "local")]
     snapshot: String,
     /// Snapshot id (default: derived from the session id, stable).

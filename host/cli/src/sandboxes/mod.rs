@@ -63,6 +63,11 @@ pub fn backend_settings_docs() -> setting_flags::KindDocs {
     client(Path::new("/")).backend_settings_docs()
 }
 
+/// How `--snapshot` names each snapshot kind, for `create`'s help.
+pub fn snapshot_choices() -> Vec<String> {
+    client(Path::new("/")).snapshot_choices()
+}
+
 pub(crate) use setting_flags::{expand as expand_setting_flags, help as settings_help};
 
 /// A bytes-and-rate progress bar on stderr, when it is a terminal.

@@ -151,7 +151,8 @@ pub async fn gc(names: Vec<String>, dry_run: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// `berth gc --orphans [--yes]`: what no known sandbox references any
-/// more — local archives in `$BERTH_HOME/snapshots` and generations that
+/// more — the snapshot files each kind names (the local kind's archives in
+/// `$BERTH_HOME/snapshots`) and generations that
 /// `berth rm` kept for forks that are gone since — listed, and deleted
 /// with `yes`.
 pub async fn gc_orphans(yes: bool) -> anyhow::Result<ExitCode> {
@@ -161,7 +162,7 @@ pub async fn gc_orphans(yes: bool) -> anyhow::Result<ExitCode> {
     let verb = if dry_run { "would delete" } else { "deleted" };
     let mut found = 0usize;
     let mut failed = false;
-    // Local snapshot files no sandbox uses: the library says which.
+    // Snapshot files no sandbox uses: each kind's provider says which.
     for orphan in named(&home).orphan_files(&known) {
         found += 1;
         if !dry_run {

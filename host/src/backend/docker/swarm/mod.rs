@@ -45,7 +45,7 @@
 //!     .reserve_memory(2 << 30)
 //!     .memory(4 << 30);
 //! let spec = SandboxSpec::new(WorkspaceSpec::default())
-//!     .snapshot(SnapshotSpec::Remote { plugin: "s3-store.toml".into() })
+//!     .snapshot(SnapshotSpec::remote("s3-store.toml"))
 //!     .backend(BackendSpec::new(options));
 //! let mut sandbox = client.create(spec).await?;
 //! sandbox.start().await?; // waits for the swarm to run the task

@@ -1,8 +1,12 @@
 //! The local snapshot: a tar file per snapshot id on the host.
 
+mod provider;
+
 use std::path::{Path, PathBuf};
 
 use tokio::io::{AsyncRead, AsyncWrite};
+
+pub use provider::{LocalOptions, LocalProvider};
 
 use super::{DeleteReport, SandboxSnapshot};
 use crate::archive_dir::ArchiveDir;
