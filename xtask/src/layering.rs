@@ -40,8 +40,14 @@ pub(crate) struct CrateRule {
 pub(crate) const RULES: &[CrateRule] = &[
     CrateRule {
         src: "host/src",
-        kinds: &["backend::docker", "backend::local"],
-        registrations: &["backend/provider.rs"],
+        kinds: &[
+            "backend::docker",
+            "backend::local",
+            "snapshot::local",
+            "snapshot::noop",
+            "plugin::snapshot_kinds",
+        ],
+        registrations: &["backend/registration.rs", "sandbox/snapshot_binding.rs"],
     },
     CrateRule {
         src: "host/server/src",
@@ -87,15 +93,49 @@ fn check_crate(root: &Path, rule: &CrateRule) -> Result<String> {
     let src = root.join(rule.src);
     let files = module_files(&src)?;
     let modules: BTreeSet<ModulePath> = files.iter().map(|(_, m)| m.clone()).collect();
-    let mut references = Vec::new();
+    let mut parsed_files = Vec::new();
     for (file, module) in &files {
         let text =
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let parsed =
             syn::parse_file(&text).with_context(|| format!("parsing {}", file.display()))?;
+        parsed_files.push((file, module, parsed));
+    }
+    // Re-exports first, so that a name reached through its parent
+    // (`crate::snapshot::LocalOptions`) counts as the module that defines
+    // it (`snapshot::local`).
+    let mut aliases = Aliases::new();
+    for (_, module, parsed) in &parsed_files {
         let mut collector = Collector {
             module,
             modules: &modules,
+            aliases: &Aliases::new(),
+            found: Vec::new(),
+        };
+        for item in &parsed.items {
+            if let syn::Item::Use(u) = item {
+                if matches!(u.vis, syn::Visibility::Inherited) || is_test_only(item) {
+                    continue;
+                }
+                let mut names = Vec::new();
+                exported_names(&mut Vec::new(), &u.tree, &mut names);
+                for (path, name) in names {
+                    if let Some(to) = collector.resolve(&path) {
+                        if &to != *module && !module.starts_with(&to) {
+                            aliases.insert(((*module).clone(), name), to);
+                        }
+                    }
+                }
+            }
+        }
+        collector.found.clear();
+    }
+    let mut references = Vec::new();
+    for (file, module, parsed) in &parsed_files {
+        let mut collector = Collector {
+            module,
+            modules: &modules,
+            aliases: &aliases,
             found: Vec::new(),
         };
         for item in &parsed.items {
@@ -106,7 +146,7 @@ fn check_crate(root: &Path, rule: &CrateRule) -> Result<String> {
         for (to, line) in collector.found {
             references.push(Reference {
                 file: file.strip_prefix(root).unwrap_or(file).to_path_buf(),
-                from: module.clone(),
+                from: (*module).clone(),
                 to,
                 line,
             });
@@ -124,7 +164,8 @@ fn check_crate(root: &Path, rule: &CrateRule) -> Result<String> {
     for r in &references {
         for kind in rule.kinds {
             let kind: ModulePath = kind.split("::").map(String::from).collect();
-            let inside = r.from.starts_with(&kind);
+            // The kind's parent declares it and may re-export its names.
+            let inside = r.from.starts_with(&kind) || r.from == kind[..kind.len() - 1];
             let registration = rule
                 .registrations
                 .iter()
@@ -201,9 +242,45 @@ fn is_test_only(item: &syn::Item) -> bool {
     })
 }
 
+/// Names a module re-exports (`pub use`), to the module that defines them.
+type Aliases = BTreeMap<(ModulePath, String), ModulePath>;
+
+/// The paths and exported names of a `use` tree: `a::{b, c as d}` gives
+/// (`a::b`, `b`) and (`a::c`, `d`); globs export nothing by name.
+fn exported_names(
+    prefix: &mut Vec<String>,
+    tree: &syn::UseTree,
+    out: &mut Vec<(Vec<String>, String)>,
+) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            exported_names(prefix, &p.tree, out);
+            prefix.pop();
+        }
+        syn::UseTree::Name(n) => {
+            let mut path = prefix.clone();
+            path.push(n.ident.to_string());
+            out.push((path, n.ident.to_string()));
+        }
+        syn::UseTree::Rename(r) => {
+            let mut path = prefix.clone();
+            path.push(r.ident.to_string());
+            out.push((path, r.rename.to_string()));
+        }
+        syn::UseTree::Glob(_) => {}
+        syn::UseTree::Group(g) => {
+            for t in &g.items {
+                exported_names(prefix, t, out);
+            }
+        }
+    }
+}
+
 struct Collector<'a> {
     module: &'a ModulePath,
     modules: &'a BTreeSet<ModulePath>,
+    aliases: &'a Aliases,
     found: Vec<(ModulePath, usize)>,
 }
 
@@ -211,22 +288,46 @@ impl Collector<'_> {
     /// The deepest known module a path (its segments, `crate`/`super`/`self`
     /// first) names, if it is a path into this crate.
     fn resolve(&self, segments: &[String]) -> Option<ModulePath> {
-        let mut absolute: ModulePath = match segments.first().map(String::as_str) {
-            Some("crate") => Vec::new(),
-            Some("self") => self.module.clone(),
-            Some("super") => {
-                let mut m = self.module.clone();
-                m.pop();
-                m
-            }
-            _ => return None,
+        let child = |name: &str| {
+            let mut m = self.module.clone();
+            m.push(name.to_string());
+            self.modules.contains(&m)
         };
-        let mut rest = &segments[1..];
+        let (mut absolute, mut rest): (ModulePath, &[String]) =
+            match segments.first().map(String::as_str) {
+                Some("crate") => (Vec::new(), &segments[1..]),
+                Some("self") => (self.module.clone(), &segments[1..]),
+                Some("super") => {
+                    let mut m = self.module.clone();
+                    m.pop();
+                    (m, &segments[1..])
+                }
+                // A child module named without `self::` (`use local::X;`).
+                Some(name) if segments.len() > 1 && child(name) => (self.module.clone(), segments),
+                _ => return None,
+            };
         while rest.first().map(String::as_str) == Some("super") {
             absolute.pop();
             rest = &rest[1..];
         }
         absolute.extend(rest.iter().cloned());
+        // Follow re-exports (a bounded number of hops: they cannot loop in
+        // a crate that compiles, but a bound costs nothing).
+        for _ in 0..8 {
+            let Some(n) = (0..=absolute.len())
+                .rev()
+                .find(|&n| self.modules.contains(&absolute[..n].to_vec()))
+            else {
+                break;
+            };
+            let Some(name) = absolute.get(n) else { break };
+            let Some(to) = self.aliases.get(&(absolute[..n].to_vec(), name.clone())) else {
+                break;
+            };
+            let mut followed = to.clone();
+            followed.extend(absolute[n + 1..].iter().cloned());
+            absolute = followed;
+        }
         (0..=absolute.len())
             .rev()
             .map(|n| absolute[..n].to_vec())
@@ -433,6 +534,56 @@ mod tests {
         );
         assert!(found[0][2].contains("backend::docker::moving"), "{found:?}");
         assert!(cycles(&refs[2..]).is_empty());
+    }
+
+    #[test]
+    fn a_name_reached_through_a_reexport_counts_as_the_module_defining_it() {
+        let path = |p: &str| -> ModulePath {
+            p.split("::")
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        let modules: BTreeSet<ModulePath> = ["", "sandbox", "snapshot", "snapshot::local"]
+            .into_iter()
+            .map(path)
+            .collect();
+        // `snapshot/mod.rs`: `pub use local::{LocalOptions, LocalSnapshot as Local};`
+        let tree: syn::UseTree =
+            syn::parse_str("local::{LocalOptions, LocalSnapshot as Local}").expect("a use tree");
+        let mut names = Vec::new();
+        exported_names(&mut Vec::new(), &tree, &mut names);
+        let snapshot = path("snapshot");
+        let reexporting = Collector {
+            module: &snapshot,
+            modules: &modules,
+            aliases: &Aliases::new(),
+            found: Vec::new(),
+        };
+        let mut aliases = Aliases::new();
+        for (p, name) in names {
+            let to = reexporting.resolve(&p).expect("a child module");
+            aliases.insert((snapshot.clone(), name), to);
+        }
+        let sandbox = path("sandbox");
+        let user = Collector {
+            module: &sandbox,
+            modules: &modules,
+            aliases: &aliases,
+            found: Vec::new(),
+        };
+        let segments = |p: &str| -> Vec<String> { p.split("::").map(String::from).collect() };
+        for reached in ["crate::snapshot::LocalOptions", "super::snapshot::Local"] {
+            assert_eq!(
+                user.resolve(&segments(reached)),
+                Some(path("snapshot::local")),
+                "{reached}"
+            );
+        }
+        assert_eq!(
+            user.resolve(&segments("crate::snapshot::SandboxSnapshot")),
+            Some(snapshot)
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod host_process;
 pub mod local;
 mod progress;
 mod provider;
+mod registration;
 pub mod settings;
 
 use std::path::PathBuf;

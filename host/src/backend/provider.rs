@@ -11,9 +11,9 @@
 //!   a listing shows of it, removes an orphan, and makes options "like"
 //!   an existing sandbox's (for a fork).
 //!
-//! The client holds one provider per kind (local and, with the `docker`
-//! feature, Docker, by default); `resume` looks the state's kind up there,
-//! and a kind it does not know is an error naming the kinds it does.
+//! The client holds one provider per kind (the built-in ones are
+//! registered in `registration.rs`); `resume` looks the state's kind up
+//! there, and a kind it does not know is an error naming the kinds it does.
 
 use std::path::Path;
 
@@ -200,11 +200,6 @@ impl BackendSpec {
         BackendSpec(Choice::Built(backend))
     }
 
-    /// The local backend under the client's home.
-    pub fn local() -> Self {
-        BackendSpec::new(super::local::LocalOptions::default())
-    }
-
     /// The kind and whether it needs a portable snapshot (see
     /// [`BackendOptions::needs_portable_snapshot`]); `None` for a backend
     /// the embedder built.
@@ -227,13 +222,6 @@ impl BackendSpec {
     }
 }
 
-impl Default for BackendSpec {
-    /// The local backend under the client's home.
-    fn default() -> Self {
-        BackendSpec::local()
-    }
-}
-
 impl std::fmt::Debug for BackendSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {
@@ -250,19 +238,6 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    /// Local and, with the `docker` feature, Docker and swarm.
-    pub(crate) fn with_defaults() -> Self {
-        let mut registry = Registry::default();
-        registry.register(std::sync::Arc::new(super::local::LocalProvider));
-        #[cfg(feature = "docker")]
-        registry.register(std::sync::Arc::new(super::docker::DockerProvider::default()));
-        #[cfg(feature = "docker")]
-        registry.register(std::sync::Arc::new(
-            super::docker::swarm::SwarmProvider::default(),
-        ));
-        registry
-    }
-
     /// Every provider that reports progress, now reporting it to `sink`.
     pub(crate) fn report_progress_to(&mut self, sink: &super::ProgressSink) {
         for provider in self.providers.values_mut() {

@@ -22,6 +22,7 @@ pub mod inspect;
 pub mod manifest;
 /// The OCI registry client, by its old path.
 pub use crate::registry;
+mod lazy_host;
 mod snapshot_kinds;
 mod stream_bridge;
 mod wasm_remote_client;
@@ -29,12 +30,13 @@ mod wasm_snapshot;
 
 pub use crate::plugin_error::PluginError;
 pub use compile_cache::{CacheOutcome, CompileCache};
+pub use lazy_host::LazyPluginHost;
 pub use manifest::{
     ComponentSource, DirGrant, DirMode, Grants, HttpOrigin, ManifestError, OriginError,
     PluginManifest, World,
 };
 pub use registry::{OciReference, Registry, RegistryError, RegistryOptions};
-pub use snapshot_kinds::{LazyPluginHost, PluginKindProvider, PluginOptions, PluginRef};
+pub use snapshot_kinds::{PluginKindProvider, PluginOptions, PluginRef};
 pub use wasm_remote_client::WasmRemoteClient;
 pub use wasm_snapshot::WasmSnapshot;
 

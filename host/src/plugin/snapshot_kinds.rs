@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Plugin, PluginHost, World};
-use crate::plugin_error::PluginError;
+use super::{LazyPluginHost, Plugin, World};
 use crate::snapshot::{
     absolute_argument, BindContext, Binding, BoundStore, KindFields, SnapshotKindError,
     SnapshotOptions, SnapshotProvider,
@@ -35,25 +34,6 @@ impl PluginRef {
             .get(PLUGIN)
             .map(|v| serde_json::from_value(v.clone()))
             .transpose()
-    }
-}
-
-/// A client's plugin host, made on first use and shared by its sandboxes
-/// and its plugin snapshot kinds.
-#[derive(Debug, Clone, Default)]
-pub struct LazyPluginHost(Arc<tokio::sync::OnceCell<PluginHost>>);
-
-impl LazyPluginHost {
-    /// A lazy host that is `host` from the start.
-    pub fn with(host: PluginHost) -> Self {
-        let cell = tokio::sync::OnceCell::new();
-        let _ = cell.set(host);
-        LazyPluginHost(Arc::new(cell))
-    }
-
-    /// The host, made now if it was not yet.
-    pub async fn get(&self) -> Result<&PluginHost, PluginError> {
-        self.0.get_or_try_init(|| async { PluginHost::new() }).await
     }
 }
 

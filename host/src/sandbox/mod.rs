@@ -41,7 +41,6 @@ mod state_file;
 use std::sync::Arc;
 
 pub use crate::backend::{BackendSpec, BackendState};
-pub use crate::plugin::PluginRef;
 pub use crate::snapshot::{OrphanFile, OrphanFileReason};
 pub use client::{SandboxClient, SandboxClientBuilder, SandboxSpec};
 pub use error::SandboxError;

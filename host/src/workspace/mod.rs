@@ -5,8 +5,10 @@
 pub mod archive;
 pub mod entries;
 mod entry_path;
+mod limits;
 pub mod spec;
 pub mod tree;
 
-pub use archive::{ArchiveError, ArchiveLimits, ArchiveStats};
+pub use archive::{ArchiveError, ArchiveStats};
+pub use limits::ArchiveLimits;
 pub use spec::{Entry, WorkspaceSpec};

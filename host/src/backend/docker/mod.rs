@@ -22,13 +22,15 @@ mod engine;
 mod exec;
 mod moving;
 mod options;
+mod provider;
 mod pull;
 pub mod run_args;
 mod settings;
 pub mod swarm;
 mod walk;
 
-pub use options::{DockerMount, DockerOptions, DockerProvider, DockerState, EngineChoice};
+pub use options::{DockerMount, DockerOptions, DockerState, EngineChoice};
+pub use provider::DockerProvider;
 pub use pull::{PullPolicy, PullProgress, PullProgressFn, PullStatus};
 pub use settings::{DockerSettings, SETTINGS};
 

@@ -7,10 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{engine, DockerBackend, PullPolicy, PullProgress, KIND};
-use crate::backend::{
-    Backend, BackendError, BackendOptions, BackendProvider, BackendSpec, BackendState,
-    BackendSummary, CreateContext,
-};
+use crate::backend::{Backend, BackendError, BackendOptions, CreateContext};
 use crate::workspace::spec::BindMount;
 
 fn default_root() -> String {
@@ -153,7 +150,7 @@ pub struct DockerMount {
 #[derive(Debug, Clone)]
 pub struct DockerOptions {
     state: DockerState,
-    pull_progress: Option<PullProgress>,
+    pub(super) pull_progress: Option<PullProgress>,
 }
 
 impl DockerOptions {
@@ -362,95 +359,5 @@ impl BackendOptions for DockerOptions {
         Ok(Box::new(
             DockerBackend::connect(state, context.session_id, progress).await?,
         ))
-    }
-}
-
-/// The Docker backend's [`BackendProvider`]: resumes containers on the
-/// engine their state names.
-#[derive(Debug, Clone, Default)]
-pub struct DockerProvider {
-    pull_progress: Option<PullProgress>,
-}
-
-impl DockerProvider {
-    /// Told how image pulls go when a resumed sandbox's engine lacks its
-    /// image (it is re-created after being removed). By default, nobody.
-    pub fn pull_progress(mut self, progress: PullProgress) -> Self {
-        self.pull_progress = Some(progress);
-        self
-    }
-}
-
-#[async_trait::async_trait]
-impl BackendProvider for DockerProvider {
-    fn kind(&self) -> &str {
-        KIND
-    }
-
-    async fn resume(
-        &self,
-        state: &BackendState,
-        session_id: &str,
-    ) -> Result<Box<dyn Backend>, BackendError> {
-        Ok(Box::new(
-            DockerBackend::connect(state.decode()?, session_id, self.pull_progress.clone()).await?,
-        ))
-    }
-
-    fn settings_doc(&self) -> Vec<crate::backend::SettingDoc> {
-        super::SETTINGS.to_vec()
-    }
-
-    fn options_from(
-        &self,
-        settings: &crate::backend::BackendSettings,
-    ) -> Result<BackendSpec, BackendError> {
-        let mut options = super::DockerSettings::decode(settings)?.into_options(settings)?;
-        options.pull_progress = self.pull_progress.clone();
-        Ok(BackendSpec::new(options))
-    }
-
-    fn summary(&self, state: &BackendState) -> BackendSummary {
-        match state.decode::<DockerState>() {
-            Ok(s) => BackendSummary::new(
-                Some(
-                    s.container_id
-                        .as_deref()
-                        .map(|id| id[..id.len().min(12)].to_string())
-                        .unwrap_or(s.container_name),
-                ),
-                s.engine,
-            ),
-            Err(_) => BackendSummary::default(),
-        }
-    }
-
-    fn options_like(&self, state: &BackendState) -> Result<BackendSpec, BackendError> {
-        let mut options = DockerOptions::like(&state.decode()?);
-        options.pull_progress = self.pull_progress.clone();
-        Ok(BackendSpec::new(options))
-    }
-
-    fn relocatable(&self) -> bool {
-        true
-    }
-
-    fn with_progress(
-        &self,
-        sink: crate::backend::ProgressSink,
-    ) -> Option<std::sync::Arc<dyn BackendProvider>> {
-        Some(std::sync::Arc::new(
-            self.clone()
-                .pull_progress(super::pull::reported_to(KIND, sink)),
-        ))
-    }
-
-    async fn remove_orphan(
-        &self,
-        state: &BackendState,
-        session_id: &str,
-    ) -> Result<(), BackendError> {
-        let mut backend = DockerBackend::connect(state.decode()?, session_id, None).await?;
-        backend.destroy().await
     }
 }

@@ -4,37 +4,16 @@
 
 use std::collections::BTreeSet;
 
+use super::record::record_fields;
 use super::{DedupRecord, DedupSnapshot, GcReport, Generation, Keep};
 use crate::snapshot::{ArchiveSeal, DeleteReport, ForkBase, Generations, History, TreeDiff};
 use crate::store_error::StoreError;
-
-/// The state field holding a deduplicated snapshot's record.
-pub(crate) const RECORD_FIELD: &str = "dedup";
 
 fn seal_of(g: &Generation) -> ArchiveSeal {
     ArchiveSeal {
         digest: g.digest.clone(),
         size: g.size,
     }
-}
-
-/// `record` as the kind's state fields.
-pub(crate) fn record_fields(record: &DedupRecord) -> serde_json::Map<String, serde_json::Value> {
-    let mut fields = serde_json::Map::new();
-    if let Ok(value) = serde_json::to_value(record) {
-        fields.insert(RECORD_FIELD.into(), value);
-    }
-    fields
-}
-
-/// The record in a snapshot state's fields, if there is one.
-pub(crate) fn record_in(
-    fields: &serde_json::Map<String, serde_json::Value>,
-) -> Result<Option<DedupRecord>, serde_json::Error> {
-    fields
-        .get(RECORD_FIELD)
-        .map(|v| serde_json::from_value(v.clone()))
-        .transpose()
 }
 
 impl DedupSnapshot {

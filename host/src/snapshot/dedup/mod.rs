@@ -39,7 +39,7 @@ pub use delete::Keep;
 pub use diff::{ChangeKind, PathChange, TreeDiff};
 pub use format::FORMAT_VERSION;
 pub use gc::GcReport;
-pub(crate) use generations::{record_fields, record_in};
+pub(crate) use record::{record_fields, record_in};
 pub use record::{Changes, DedupRecord, Generation, GenerationNote, StopStats};
 
 use super::SandboxSnapshot;

@@ -171,7 +171,7 @@ impl DedupRecord {
     /// (`SnapshotState::fields`), if it is a deduplicated snapshot's and
     /// readable.
     pub fn from_fields(fields: &serde_json::Map<String, serde_json::Value>) -> Option<Self> {
-        super::record_in(fields).ok().flatten()
+        record_in(fields).ok().flatten()
     }
 
     /// A record for a new snapshot keeping `keep` generations (at least 1).
@@ -271,6 +271,28 @@ impl DedupRecord {
             }
         }
     }
+}
+
+/// The state field holding a deduplicated snapshot's record.
+pub(crate) const RECORD_FIELD: &str = "dedup";
+
+/// `record` as the kind's state fields.
+pub(crate) fn record_fields(record: &DedupRecord) -> serde_json::Map<String, serde_json::Value> {
+    let mut fields = serde_json::Map::new();
+    if let Ok(value) = serde_json::to_value(record) {
+        fields.insert(RECORD_FIELD.into(), value);
+    }
+    fields
+}
+
+/// The record in a snapshot state's fields, if there is one.
+pub(crate) fn record_in(
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Option<DedupRecord>, serde_json::Error> {
+    fields
+        .get(RECORD_FIELD)
+        .map(|v| serde_json::from_value(v.clone()))
+        .transpose()
 }
 
 #[cfg(test)]

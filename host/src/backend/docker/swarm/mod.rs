@@ -61,13 +61,15 @@
 mod isolation;
 mod manager;
 mod options;
+mod provider;
 mod settings;
 
 pub use manager::ENGINE_LABEL;
 pub use options::{
-    PlacementProgress, PlacementStatus, SwarmOptions, SwarmProvider, SwarmState, TaskRecord,
+    PlacementProgress, PlacementStatus, SwarmOptions, SwarmState, TaskRecord,
     DEFAULT_PLACEMENT_TIMEOUT,
 };
+pub use provider::SwarmProvider;
 pub use settings::{SwarmSettings, SETTINGS};
 
 use std::path::PathBuf;
