@@ -57,19 +57,20 @@ mod byte_pipe;
 mod capped_writer;
 pub mod cleanup;
 pub mod conformance;
-mod contract;
+/// The plugin contract's identity (re-exported by [`plugin`]).
+use berth_base::contract;
 mod error_text;
 pub mod plugin;
 mod plugin_error;
 mod random_id;
-pub mod registry;
+pub use berth_registry as registry;
 pub mod remote_client;
 pub mod sandbox;
 pub mod snapshot;
 pub mod snapshot_id;
 pub mod store_error;
-pub mod units;
-mod user_cache;
+pub use berth_base::units;
+use berth_base::user_cache;
 pub mod workspace;
 
 pub use backend::{Backend, BackendError, BackendState, ExecRequest, ExecResult};

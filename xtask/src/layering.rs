@@ -50,6 +50,16 @@ pub(crate) const RULES: &[CrateRule] = &[
         registrations: &["backend/registration.rs", "sandbox/snapshot_binding.rs"],
     },
     CrateRule {
+        src: "host/registry/src",
+        kinds: &[],
+        registrations: &[],
+    },
+    CrateRule {
+        src: "host/base/src",
+        kinds: &[],
+        registrations: &[],
+    },
+    CrateRule {
         src: "host/server/src",
         kinds: &[],
         registrations: &[],

@@ -3,7 +3,7 @@
 /// `$XDG_CACHE_HOME/berth/NAME`, else `~/.cache/berth/NAME`: where the
 /// plugin caches live unless their own variable names a directory. `None`
 /// when neither variable is set.
-pub(crate) fn user_cache_dir(name: &str) -> Option<std::path::PathBuf> {
+pub fn user_cache_dir(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("XDG_CACHE_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))

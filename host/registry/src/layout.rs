@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::reference::Digest;
-use crate::contract::World;
-use crate::contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
+use berth_base::contract::World;
+use berth_base::contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 
 /// The manifest media type.
 pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";

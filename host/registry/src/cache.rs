@@ -31,7 +31,7 @@ impl BlobCache {
         if let Some(d) = std::env::var_os("BERTH_PLUGIN_CACHE") {
             return Self::at(PathBuf::from(d));
         }
-        match crate::user_cache::user_cache_dir("plugins") {
+        match berth_base::user_cache::user_cache_dir("plugins") {
             Some(dir) => Self::at(dir),
             None => Self::at(".berth-plugins"),
         }

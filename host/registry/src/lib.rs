@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::contract::World;
+use berth_base::contract::World;
 use client::{Payload, RegistryClient};
 use layout::Descriptor;
 
@@ -212,7 +212,7 @@ impl RegistryOptions {
         }
         if let Some(max) = std::env::var("BERTH_PLUGIN_MAX_BYTES")
             .ok()
-            .and_then(|s| crate::units::parse_size(&s).ok())
+            .and_then(|s| berth_base::units::parse_size(&s).ok())
         {
             o.max_component_bytes = max;
         }
