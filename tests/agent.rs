@@ -9,9 +9,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{BackendSpec, Sandbox, SandboxClient};
+use berth_docker::DockerOptions;
 use berth_tests::{berth_bin, docker_or_skip, sh, started_sandbox, test_image};
 
 async fn sandbox(client: &SandboxClient, options: DockerOptions) -> Sandbox {
@@ -36,7 +36,7 @@ async fn commands_run_through_one_agent_session_with_streams_codes_and_caps() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = sandbox(&client, DockerOptions::new(test_image())).await;
     let r = sb
         .exec(ExecRequest::new(
@@ -125,7 +125,7 @@ async fn commands_run_through_one_agent_session_with_streams_codes_and_caps() {
 
 async fn timeout_leaves_nothing_running(agent: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = sandbox(
         &client,
         DockerOptions::new(test_image())
@@ -206,7 +206,7 @@ async fn shell_sessions_keep_their_directory_and_exports() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = sandbox(&client, DockerOptions::new(test_image())).await;
     let run = |cmd: &str, session: Option<&str>| {
         let mut req = ExecRequest::new(cmd, Duration::from_secs(20));

@@ -61,7 +61,7 @@ impl BackendUnderTest for Docker {
     }
 
     fn spec(&self) -> BackendSpec {
-        BackendSpec::new(berth::backend::docker::DockerOptions::new(test_image()))
+        BackendSpec::new(berth_docker::DockerOptions::new(test_image()))
     }
 
     fn disasters(&self) -> Vec<Disaster> {

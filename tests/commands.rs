@@ -12,9 +12,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{BackendSpec, Sandbox, SandboxClient, SandboxError};
+use berth_docker::DockerOptions;
 use berth_tests::{berth_bin, berth_in, berth_ok, docker_or_skip, sh, started_sandbox, test_image};
 use sha2::Digest;
 
@@ -209,7 +209,7 @@ async fn caps_and_timeouts(sb: &Sandbox) {
 #[tokio::test(flavor = "multi_thread")]
 async fn caps_keep_head_and_tail_and_timeouts_keep_partial_output() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut local = local_sandbox(&client).await;
     caps_and_timeouts(&local).await;
     local.shutdown().await.unwrap();
@@ -230,7 +230,7 @@ async fn dropping_a_streamed_command_stops_it_in_the_sandbox() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = docker_sandbox(&client).await;
     let mut p = sb
         .exec_stream(ExecRequest::new(
@@ -574,7 +574,7 @@ async fn file_api_confinement(sb: &Sandbox) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_file_api_is_confined_to_the_workspace_and_writes_atomically() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut local = local_sandbox(&client).await;
     file_api_confinement(&local).await;
     local.shutdown().await.unwrap();

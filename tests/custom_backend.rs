@@ -11,8 +11,7 @@ use std::path::PathBuf;
 
 use berth::backend::{BackendProvider, ExecRequest};
 use berth::sandbox::{
-    BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
-    SnapshotSpec, StartBranch,
+    BackendSpec, SandboxError, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec, StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
 use berth_tests::test_dir_backend::{DirBackend, DirOptions, DirProvider, DirState, KIND};
@@ -36,7 +35,7 @@ async fn restored_both_files(sb: &mut berth::sandbox::Sandbox) {
 async fn a_backend_written_outside_the_crate_runs_the_whole_lifecycle() {
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join("ws");
-    let client = SandboxClient::new(home.path());
+    let client = berth_tests::client(home.path());
     let workspace: WorkspaceSpec =
         serde_json::from_str(r#"{"entries": {"a.txt": {"type": "file", "content": "a\n"}}}"#)
             .unwrap();
@@ -92,7 +91,7 @@ async fn a_backend_written_outside_the_crate_runs_the_whole_lifecycle() {
 async fn a_registered_provider_creates_resumes_lists_and_makes_one_like_it() {
     let home = tempfile::tempdir().unwrap();
     let parent = home.path().join("dirs");
-    let client = SandboxClient::builder(home.path())
+    let client = berth_tests::client_builder(home.path())
         .backend_provider(DirProvider)
         .build();
     assert!(client.backend_kinds().contains(&KIND.to_string()));

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 
 use berth::plugin::World;
-use berth::sandbox::{BackendSpec, SandboxClient, SandboxSpec, SandboxState, SnapshotSpec};
+use berth::sandbox::{BackendSpec, SandboxSpec, SandboxState, SnapshotSpec};
 use berth::snapshot::DedupRecord;
 use berth::workspace::WorkspaceSpec;
 use berth_tests::workspace_gen::{self, MANIFEST};
@@ -88,7 +88,7 @@ async fn every_kept_generation_restores_identically_over_generated_workspaces() 
             .await
             .unwrap();
         let spec = SnapshotSpec::loaded_plugin(plugin).deduplicated(3);
-        let client = SandboxClient::builder(&home).plugin_host(host).build();
+        let client = berth_tests::client_builder(&home).plugin_host(host).build();
         let mut sb = client
             .create(
                 SandboxSpec::new(WorkspaceSpec::default())
@@ -127,7 +127,7 @@ async fn every_kept_generation_restores_identically_over_generated_workspaces() 
         let mut state = state;
         for (i, generation) in [2u64, 1, 3, 1].into_iter().enumerate() {
             // Half the restores without the pack cache: from the store.
-            let client = SandboxClient::builder(&home)
+            let client = berth_tests::client_builder(&home)
                 .pack_cache(if i % 2 == 0 {
                     None
                 } else {
@@ -488,7 +488,7 @@ async fn language_stores_hold_deduplicated_snapshots_unchanged() {
         let plugin = host.load(manifest).await.unwrap();
         let spec = SnapshotSpec::loaded_plugin(plugin).deduplicated(1);
         let home = dir.path().join("home");
-        let client = SandboxClient::builder(&home)
+        let client = berth_tests::client_builder(&home)
             .plugin_host(host)
             .pack_cache(None)
             .build();

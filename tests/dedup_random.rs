@@ -92,7 +92,7 @@ async fn random_edits_between_cached_stops_restore_every_generation_exactly() {
             .await
             .unwrap();
         let spec = SnapshotSpec::loaded_plugin(plugin).deduplicated(50);
-        let client = SandboxClient::builder(&home).plugin_host(host).build();
+        let client = berth_tests::client_builder(&home).plugin_host(host).build();
         let mut sb = client
             .create(
                 SandboxSpec::new(WorkspaceSpec::default())
@@ -212,7 +212,7 @@ async fn a_rewind_can_be_undone_and_a_collected_generation_is_refused() {
         .await
         .unwrap();
     let spec = SnapshotSpec::loaded_plugin(plugin).deduplicated(2);
-    let client = SandboxClient::builder(&home).plugin_host(host).build();
+    let client = berth_tests::client_builder(&home).plugin_host(host).build();
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())

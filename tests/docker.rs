@@ -4,13 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
-    SnapshotSpec, StartBranch,
+    BackendSpec, SandboxError, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec, StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
+use berth_docker::DockerOptions;
 use berth_tests::{
     container_id, docker_or_skip, resume_from_json, sh, started_sandbox, test_image,
 };
@@ -38,7 +37,7 @@ async fn resume_in_every_case_restores_byte_identical() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let snaps = dir.path().join("snaps");
     let mut sb = client
         .create(
@@ -133,7 +132,7 @@ async fn timeout_kills_the_process_inside_the_container() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = started_sandbox(&client, BackendSpec::new(DockerOptions::new(test_image()))).await;
     let t = Instant::now();
     let r = sb
@@ -183,7 +182,7 @@ async fn limits_labels_and_secure_defaults_are_on_the_container() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let options = DockerOptions::new(test_image())
         .memory(256 << 20)
         .cpus(1.5)
@@ -220,7 +219,7 @@ async fn limits_labels_and_secure_defaults_are_on_the_container() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unsupported_run_arguments_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let options = DockerOptions::new(test_image()).run_args(vec!["--privileged".into()]);
     let err = client
         .create(
@@ -276,7 +275,7 @@ async fn a_container_we_do_not_own_is_left_alone() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
@@ -311,7 +310,7 @@ async fn a_container_we_do_not_own_is_left_alone() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_daemon_is_a_clear_error_without_hang_or_recreate() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let t = Instant::now();
     let options = DockerOptions::new(test_image()).engine("unix:///nonexistent/berth-docker.sock");
     let err = client
@@ -366,7 +365,7 @@ async fn a_daemon_error_keeps_its_status_for_callers_to_match() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let sb = started_sandbox(&client, BackendSpec::new(DockerOptions::new(test_image()))).await;
     // The container goes away under a sandbox that is still held.
     docker
@@ -398,7 +397,7 @@ async fn a_container_of_another_sandbox_is_never_adopted_by_name() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let name = format!("berth-shared-name-{}", std::process::id());
     let spec = || {
         SandboxSpec::new(WorkspaceSpec::default())
@@ -426,7 +425,7 @@ async fn a_restore_refused_at_its_last_entry_leaves_nothing_behind() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let snaps = dir.path().join("snaps");
     let mut sb = client
         .create(

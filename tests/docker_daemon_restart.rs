@@ -7,12 +7,10 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
-use berth::sandbox::{
-    BackendSpec, SandboxClient, SandboxOptions, SandboxSpec, SnapshotSpec, StartBranch,
-};
+use berth::sandbox::{BackendSpec, SandboxOptions, SandboxSpec, SnapshotSpec, StartBranch};
 use berth::workspace::WorkspaceSpec;
+use berth_docker::DockerOptions;
 use berth_tests::{
     berth_ok, berth_state, container_id, docker_or_skip, docker_required, sh, test_image,
     workspace_gen,
@@ -104,7 +102,7 @@ async fn a_daemon_restart_mid_session_is_survived() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
@@ -153,7 +151,7 @@ async fn a_daemon_restart_mid_session_is_survived() {
     // Wait for the daemon, then resume: the same container, restarted.
     let t = Instant::now();
     let probe = DockerOptions::new(test_image()).into_state_for_probe();
-    while berth::backend::docker::check_engine(&probe).await.is_err() {
+    while berth_docker::check_engine(&probe).await.is_err() {
         assert!(
             t.elapsed() < Duration::from_secs(60),
             "dockerd did not come back"

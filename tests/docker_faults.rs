@@ -4,13 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use berth::backend::docker::DockerOptions;
 use berth::backend::ExecRequest;
 use berth::sandbox::{
     BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec,
     StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
+use berth_docker::DockerOptions;
 use berth_tests::{container_id, docker_or_skip, sh, test_image};
 use bollard::query_parameters::{KillContainerOptions, RemoveContainerOptionsBuilder};
 use futures::future::join_all;
@@ -39,7 +39,7 @@ async fn killed_and_paused_containers_are_brought_back() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = new_sandbox(
         &client,
         DockerOptions::new(test_image()),
@@ -81,7 +81,7 @@ async fn a_command_ignoring_sigterm_is_still_gone_after_its_timeout() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = new_sandbox(
         &client,
         DockerOptions::new(test_image()),
@@ -111,7 +111,7 @@ async fn the_oom_killer_gives_a_clear_result() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let mut sb = new_sandbox(
         &client,
         DockerOptions::new(test_image()).memory(32 << 20),
@@ -140,7 +140,7 @@ async fn thirty_two_sandboxes_at_once_without_cross_talk() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let snaps = dir.path().join("snaps");
     let t = Instant::now();
     let mut sandboxes =

@@ -5,9 +5,7 @@
 
 use std::path::Path;
 
-use berth::sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SnapshotSpec,
-};
+use berth::sandbox::{BackendSpec, Sandbox, SandboxOptions, SandboxSpec, SnapshotSpec};
 use berth::workspace::archive::ArchiveLimits;
 use berth::workspace::WorkspaceSpec;
 
@@ -262,7 +260,7 @@ fn file_raw(name: &[u8], data: &[u8]) -> Vec<u8> {
 }
 
 async fn sandbox(dir: &Path) -> Sandbox {
-    let client = SandboxClient::new(dir.join("home"));
+    let client = berth_tests::client(dir.join("home"));
     let options = SandboxOptions {
         limits: ArchiveLimits {
             max_bytes: 1 << 30,

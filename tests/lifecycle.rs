@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use berth::backend::ExecRequest;
 use berth::sandbox::{
-    BackendSpec, Sandbox, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SandboxState,
-    SnapshotSpec, StartBranch,
+    BackendSpec, Sandbox, SandboxError, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec,
+    StartBranch,
 };
 use berth::workspace::WorkspaceSpec;
 use berth_tests::resume_from_json;
@@ -46,7 +46,7 @@ async fn four_start_branches_stop_and_resume() {
     let dir = tempfile::tempdir().unwrap();
     let notes = dir.path().join("notes.md");
     std::fs::write(&notes, "# notes\n").unwrap();
-    let client = SandboxClient::new(dir.path().join("home"));
+    let client = berth_tests::client(dir.path().join("home"));
     let snapshots = dir.path().join("snapshots");
     let mut sb = client
         .create(
@@ -142,7 +142,7 @@ async fn four_start_branches_stop_and_resume() {
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshot_id_is_stable_and_failed_start_is_not_ready() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path().join("home"));
+    let client = berth_tests::client(dir.path().join("home"));
     let source = dir.path().join("missing");
     std::fs::write(&source, "here at create").unwrap();
     let spec: WorkspaceSpec = serde_json::from_value(serde_json::json!({
@@ -236,7 +236,7 @@ fn state_json_round_trips_and_old_samples_load() {
 #[tokio::test(flavor = "multi_thread")]
 async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path().join("home"));
+    let client = berth_tests::client(dir.path().join("home"));
     let snapshots = dir.path().join("snaps");
     let spec: WorkspaceSpec = serde_json::from_value(
         serde_json::json!({"entries": {"a.txt": {"type": "file", "content": "original"}}}),
@@ -314,7 +314,7 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
         compression: true,
         ..SandboxOptions::default()
     };
-    let client = SandboxClient::new(dir.path().join("home"));
+    let client = berth_tests::client(dir.path().join("home"));
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
@@ -336,7 +336,7 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
 
     // As if on another host: a fresh client home, only the state JSON saved
     // at stop (root marked ready, but not there) → rebuilt from the snapshot.
-    let other = SandboxClient::new(dir.path().join("other-home"));
+    let other = berth_tests::client(dir.path().join("other-home"));
     let mut sb = other
         .resume(
             SandboxState::from_json(&state.to_json().unwrap()).unwrap(),
@@ -358,7 +358,7 @@ async fn compressed_snapshots_round_trip_through_a_wasm_snapshot_plugin() {
 #[tokio::test(flavor = "multi_thread")]
 async fn exec_timeout_kills_the_process_group_and_caps_count_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path().join("home"));
+    let client = berth_tests::client(dir.path().join("home"));
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
@@ -414,7 +414,7 @@ async fn exec_timeout_kills_the_process_group_and_caps_count_bytes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn close_runs_shutdown_even_when_stop_fails() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path().join("home"));
+    let client = berth_tests::client(dir.path().join("home"));
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())

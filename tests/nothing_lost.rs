@@ -8,13 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use berth::backend::docker::DockerOptions;
 use berth::sandbox::{
-    BackendSpec, SandboxClient, SandboxError, SandboxOptions, SandboxSpec, SnapshotSpec,
-    StartBranch,
+    BackendSpec, SandboxError, SandboxOptions, SandboxSpec, SnapshotSpec, StartBranch,
 };
 use berth::workspace::archive::ArchiveLimits;
 use berth::workspace::WorkspaceSpec;
+use berth_docker::DockerOptions;
 use berth_tests::{
     berth_bin, berth_in, berth_ok, berth_state, container_id, docker_or_skip, guest, local_root,
     resume_from_json, sh, test_image,
@@ -129,7 +128,7 @@ async fn stop_freezes_the_container_so_the_snapshot_is_one_moment() {
     // at most the one write in flight; not frozen, by far more.
     async fn gaps(freeze: bool) -> Vec<i64> {
         let dir = tempfile::tempdir().unwrap();
-        let client = SandboxClient::new(dir.path());
+        let client = berth_tests::client(dir.path());
         let snaps = dir.path().join("snaps");
         let options = SandboxOptions {
             freeze_during_stop: freeze,
@@ -219,7 +218,7 @@ fn faulty_manifest(dir: &Path, fault: &str, deadline: u64) -> PathBuf {
 async fn a_store_that_keeps_sending_is_cut_off_at_the_recorded_size() {
     let dir = tempfile::tempdir().unwrap();
     let manifest = faulty_manifest(dir.path(), "endless-download", 300);
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
@@ -275,7 +274,7 @@ async fn a_store_that_keeps_sending_is_cut_off_at_the_recorded_size() {
 #[tokio::test(flavor = "multi_thread")]
 async fn hydrate_reads_a_users_stream_no_further_than_the_archive_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let limits = ArchiveLimits {
         max_bytes: 1 << 20,
         max_entries: 16,
@@ -306,7 +305,7 @@ async fn hydrate_reads_a_users_stream_no_further_than_the_archive_limit() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_refuses_a_workspace_that_replaced_the_one_it_set_up() {
     let dir = tempfile::tempdir().unwrap();
-    let client = SandboxClient::new(dir.path());
+    let client = berth_tests::client(dir.path());
     let root = dir.path().join("ws");
     let mut sb = client
         .create(

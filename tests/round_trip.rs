@@ -18,9 +18,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use berth::backend::docker::DockerOptions;
-use berth::sandbox::{BackendSpec, SandboxClient, SandboxSpec, SandboxState, SnapshotSpec};
+use berth::sandbox::{BackendSpec, SandboxSpec, SandboxState, SnapshotSpec};
 use berth::workspace::WorkspaceSpec;
+use berth_docker::DockerOptions;
 use berth_tests::workspace_gen::{self, MANIFEST};
 use berth_tests::{
     berth_bin, berth_ok, berth_state, container_id, docker_or_skip, local_root, resume_from_json,
@@ -166,7 +166,7 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
     let lib = matches!(entry, Entry::LibStart | Entry::LibAttach);
 
     let (before, state) = if lib {
-        let client = SandboxClient::new(&home);
+        let client = berth_tests::client(&home);
         let backend = if docker {
             BackendSpec::new(DockerOptions::new(test_image()))
         } else {
@@ -210,7 +210,7 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
 
     let after_state = match entry {
         Entry::LibStart | Entry::LibAttach => {
-            let client = SandboxClient::new(&home);
+            let client = berth_tests::client(&home);
             let mut sb = resume_from_json(&client, &state).await;
             if entry == Entry::LibStart {
                 sb.start().await
@@ -284,7 +284,7 @@ async fn case(docker: bool, seed: u64, disaster: Disaster, entry: Entry) {
     }
     // Clean up what we own.
     if lib {
-        let client = SandboxClient::new(&home);
+        let client = berth_tests::client(&home);
         let mut sb = resume_from_json(&client, &after_state).await;
         let _ = sb.shutdown().await;
     } else {

@@ -10,9 +10,7 @@ use berth::backend::ExecRequest;
 use berth::conformance::pattern::{DigestWriter, PatternReader};
 use berth::conformance::{check_remote_client, ConformanceOptions};
 use berth::plugin::PluginHost;
-use berth::sandbox::{
-    BackendSpec, SandboxClient, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec,
-};
+use berth::sandbox::{BackendSpec, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec};
 use berth::workspace::WorkspaceSpec;
 use berth::RemoteSnapshotClient;
 use berth_tests::{host_with_cache, s3_manifest, s3_or_skip};
@@ -248,7 +246,7 @@ async fn a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory() {
     let _shared = CLUSTER.read().await;
     let dir = tempfile::tempdir().unwrap();
     let manifest = s3_manifest(dir.path(), &s3, &unique("sandbox"));
-    let host_a = SandboxClient::new(dir.path().join("host-a"));
+    let host_a = berth_tests::client(dir.path().join("host-a"));
     let mut sb = host_a
         .create(
             SandboxSpec::new(WorkspaceSpec::default())
@@ -274,7 +272,7 @@ async fn a_sandbox_stopped_into_s3_resumes_from_a_fresh_state_directory() {
     sb.shutdown().await.unwrap();
 
     // "Another host": a different home, nothing but the state JSON.
-    let host_b = SandboxClient::new(dir.path().join("host-b"));
+    let host_b = berth_tests::client(dir.path().join("host-b"));
     let mut sb = host_b
         .resume(
             SandboxState::from_json(&json).unwrap(),
@@ -302,7 +300,7 @@ async fn boto3_reads_what_the_plugin_wrote_as_a_valid_tar() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = unique("boto3");
     let manifest = s3_manifest(dir.path(), &s3, &prefix);
-    let client = SandboxClient::new(dir.path().join("home"));
+    let client = berth_tests::client(dir.path().join("home"));
     let mut sb = client
         .create(
             SandboxSpec::new(WorkspaceSpec::default())

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use berth::sandbox::{SandboxClient, SandboxOptions, SandboxState, StartBranch};
+use berth::sandbox::{SandboxOptions, SandboxState, StartBranch};
 use berth::snapshot::DedupRecord;
 use berth_tests::{docker_or_skip, repo_root, sh, test_image};
 
@@ -70,7 +70,7 @@ fn fixture(name: &str, home: &Path, container: &str) -> SandboxState {
 /// more: it must say it is a sandbox of the same kinds, now sealed with
 /// BLAKE3.
 async fn resumes_restores_and_stops(home: &Path, state: SandboxState, branch: StartBranch) {
-    let client = SandboxClient::builder(home).save_state(false).build();
+    let client = berth_tests::client_builder(home).save_state(false).build();
     let kinds = (state.backend.kind.clone(), state.snapshot.kind.clone());
     let mut sb = client
         .resume(
@@ -164,7 +164,9 @@ async fn docker_state_with_engine_and_orphans_resumes_and_cleans_up() {
     let name = container_name("engine");
     let state = fixture("docker-0.3-engine-orphans.json", dir.path(), &name);
     assert_eq!(state.orphans.len(), 1);
-    let client = SandboxClient::builder(dir.path()).save_state(false).build();
+    let client = berth_tests::client_builder(dir.path())
+        .save_state(false)
+        .build();
     // The orphan's container exists (an old engine's leftover, made here
     // under the fixture's name): removing it removes it, and the state
     // forgets it.
@@ -212,7 +214,7 @@ async fn a_deduplicated_snapshot_recorded_as_remote_resumes_deduplicated() {
     let home = dir.path().join("home");
     let store = dir.path().join("store");
     let manifest = berth_tests::fs_store_manifest(dir.path(), &store);
-    let client = SandboxClient::builder(&home).save_state(false).build();
+    let client = berth_tests::client_builder(&home).save_state(false).build();
     let spec = berth::sandbox::SnapshotSpec::remote(manifest).deduplicated(2);
     let mut sb = client
         .create(berth::sandbox::SandboxSpec::new(Default::default()).snapshot(spec))

@@ -11,6 +11,21 @@ use std::path::{Path, PathBuf};
 use berth::plugin::{CompileCache, DirMode, PluginHost, PluginManifest, World};
 use berth::units::parse_size as parse_byte_size;
 
+/// A client for sandboxes under `home` that knows the Docker and swarm
+/// kinds too (as the `berth` command's does).
+pub fn client(home: impl Into<PathBuf>) -> berth::SandboxClient {
+    client_builder(home).build()
+}
+
+/// [`client`]'s builder, to set more.
+pub fn client_builder(home: impl Into<PathBuf>) -> berth::sandbox::SandboxClientBuilder {
+    let mut builder = berth::SandboxClient::builder(home);
+    for provider in berth_docker::providers() {
+        builder = builder.backend_provider_shared(provider);
+    }
+    builder
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -139,9 +154,9 @@ pub fn docker_required() -> bool {
 /// A Docker client, or `None` (with a message) when no engine answers and
 /// Docker is not required. Panics when it is required and missing.
 pub async fn docker_or_skip(test: &str) -> Option<bollard::Docker> {
-    let probe = berth::backend::docker::DockerOptions::new(test_image());
+    let probe = berth_docker::DockerOptions::new(test_image());
     let state = probe.into_state_for_probe();
-    match berth::backend::docker::check_engine(&state).await {
+    match berth_docker::check_engine(&state).await {
         Ok(()) => {
             Some(bollard::Docker::connect_with_defaults().expect("the engine answered Berth"))
         }
@@ -310,8 +325,7 @@ pub fn local_root(state: &berth::sandbox::SandboxState) -> PathBuf {
 
 /// The container id of a Docker sandbox's state.
 pub fn container_id(state: &berth::sandbox::SandboxState) -> String {
-    let docker: berth::backend::docker::DockerState =
-        state.backend.decode().expect("a docker sandbox");
+    let docker: berth_docker::DockerState = state.backend.decode().expect("a docker sandbox");
     docker.container_id.expect("container id")
 }
 

@@ -14,8 +14,8 @@ use std::process::Output;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use berth::backend::docker::swarm::SwarmState;
 use berth::conformance::WORKSPACE_LISTING;
+use berth_docker::swarm::SwarmState;
 use berth_tests::swarm_fixture::{swarm_or_skip, NodeGuard, Swarm};
 use berth_tests::{berth_in, berth_ok, berth_state, s3_manifest, s3_or_skip, test_image};
 
@@ -367,7 +367,7 @@ fn a_node_cut_off_is_fenced_and_its_stale_container_is_never_used_or_persisted()
     );
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let refused = runtime.block_on(async {
-        let client = berth::sandbox::SandboxClient::builder(s.home().join("lib"))
+        let client = berth_tests::client_builder(s.home().join("lib"))
             .save_state(false)
             .build();
         let mut old = client
@@ -560,7 +560,7 @@ impl berth::conformance::BackendUnderTest for SwarmUnderTest {
     }
 
     fn spec(&self) -> berth::backend::BackendSpec {
-        berth::backend::BackendSpec::new(berth::backend::docker::swarm::SwarmOptions::new(
+        berth::backend::BackendSpec::new(berth_docker::swarm::SwarmOptions::new(
             self.swarm.manager.clone(),
             test_image(),
         ))

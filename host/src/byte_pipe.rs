@@ -17,7 +17,7 @@ const DEPTH: usize = 8;
 const CHUNK: usize = 256 * 1024;
 
 /// Creates a pipe: write from a blocking thread, read asynchronously.
-pub(crate) fn pipe() -> (PipeWriter, PipeReader) {
+pub fn pipe() -> (PipeWriter, PipeReader) {
     let (tx, rx) = mpsc::channel(DEPTH);
     (
         PipeWriter {
@@ -36,7 +36,7 @@ pub(crate) fn pipe() -> (PipeWriter, PipeReader) {
 /// The blocking end. It must be ended with [`PipeWriter::finish`] or
 /// [`PipeWriter::fail`]; dropped otherwise (a panicking producer), the
 /// reader sees an error, never a clean end.
-pub(crate) struct PipeWriter {
+pub struct PipeWriter {
     tx: mpsc::Sender<io::Result<Bytes>>,
     buf: Vec<u8>,
     ended: bool,
@@ -54,14 +54,14 @@ impl PipeWriter {
     }
 
     /// Ends the stream with an error the reader will see.
-    pub(crate) fn fail(mut self, error: io::Error) {
+    pub fn fail(mut self, error: io::Error) {
         self.buf.clear();
         self.ended = true;
         let _ = self.tx.blocking_send(Err(error));
     }
 
     /// Ends the stream normally.
-    pub(crate) fn finish(mut self) -> io::Result<()> {
+    pub fn finish(mut self) -> io::Result<()> {
         self.ended = true;
         self.send()
     }
@@ -138,7 +138,7 @@ const BATCH: usize = 1 << 20;
 /// stream arriving in small chunks costs a thread switch per batch.
 /// Errors pass through; must be created on a runtime and read from a
 /// blocking thread.
-pub(crate) fn batched_reader<R: AsyncRead + Unpin + Send + 'static>(inner: R) -> BatchedReader {
+pub fn batched_reader<R: AsyncRead + Unpin + Send + 'static>(inner: R) -> BatchedReader {
     // Two batches queued and one being filled: at most 3 MiB per reader.
     let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(2);
     tokio::spawn(async move {
@@ -179,7 +179,7 @@ pub(crate) fn batched_reader<R: AsyncRead + Unpin + Send + 'static>(inner: R) ->
 }
 
 /// The blocking end of [`batched_reader`].
-pub(crate) struct BatchedReader {
+pub struct BatchedReader {
     rx: mpsc::Receiver<io::Result<Bytes>>,
     current: Bytes,
     done: bool,

@@ -2,7 +2,7 @@
 
 /// `e` and its sources, joined by `: `, each source left out when the
 /// text so far already says it (wrappers often repeat their source).
-pub(crate) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+pub fn causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -53,16 +53,16 @@
 
 mod archive_dir;
 pub mod backend;
-mod byte_pipe;
+pub mod byte_pipe;
 mod capped_writer;
 pub mod cleanup;
 pub mod conformance;
 /// The plugin contract's identity (re-exported by [`plugin`]).
 use berth_base::contract;
-mod error_text;
+pub mod error_text;
 pub mod plugin;
 mod plugin_error;
-mod random_id;
+pub mod random_id;
 pub use berth_registry as registry;
 pub mod remote_client;
 pub mod sandbox;

@@ -5,7 +5,7 @@ use std::hash::{BuildHasher, Hasher};
 
 /// A random 64-bit value: std's randomly keyed hasher over the time and the
 /// process id, so values differ between calls, processes and hosts.
-pub(crate) fn random_u64() -> u64 {
+pub fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
         std::time::SystemTime::now()

@@ -41,13 +41,17 @@ pub(crate) const RULES: &[CrateRule] = &[
     CrateRule {
         src: "host/src",
         kinds: &[
-            "backend::docker",
             "backend::local",
             "snapshot::local",
             "snapshot::noop",
             "plugin::snapshot_kinds",
         ],
         registrations: &["backend/registration.rs", "sandbox/snapshot_binding.rs"],
+    },
+    CrateRule {
+        src: "host/docker/src",
+        kinds: &[],
+        registrations: &[],
     },
     CrateRule {
         src: "host/registry/src",
@@ -86,8 +90,36 @@ struct Reference {
 
 /// Checks every crate in [`RULES`]; the error lists every cycle and every
 /// kind named from outside, each with the lines that make it.
+/// Crates that are concrete kinds: the core (`host/Cargo.toml`) may not
+/// depend on them (a dev-dependency, for an example, is not the core).
+pub(crate) const KIND_CRATES: &[&str] = &["berth-docker"];
+
+/// The core's `[dependencies]` that are kind crates.
+fn core_kind_dependencies(root: &Path) -> Result<Vec<String>> {
+    let path = root.join("host/Cargo.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let manifest: toml::Table =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let deps = manifest
+        .get("dependencies")
+        .and_then(|d| d.as_table())
+        .map(|d| d.keys().cloned().collect::<Vec<_>>())
+        .unwrap_or_default();
+    Ok(deps
+        .into_iter()
+        .filter(|d| KIND_CRATES.contains(&d.as_str()))
+        .collect())
+}
+
 pub(crate) fn check(root: &Path) -> Result<()> {
     let mut problems = String::new();
+    for kind in core_kind_dependencies(root)? {
+        let _ = writeln!(
+            problems,
+            "host/Cargo.toml: the core depends on the kind crate {kind} (register it from a front end instead)"
+        );
+    }
     for rule in RULES {
         problems.push_str(&check_crate(root, rule)?);
     }
@@ -594,6 +626,26 @@ mod tests {
             user.resolve(&segments("crate::snapshot::SandboxSnapshot")),
             Some(snapshot)
         );
+    }
+
+    #[test]
+    fn the_core_depending_on_a_kind_crate_is_found() {
+        let root = std::env::temp_dir().join(format!("berth-layering-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("host")).expect("a scratch directory");
+        let manifest = |deps: &str| {
+            std::fs::write(
+                root.join("host/Cargo.toml"),
+                format!("[package]\nname = \"berth\"\n[dependencies]\n{deps}\n[dev-dependencies]\nberth-docker = {{ path = \"docker\" }}\n"),
+            )
+            .expect("writing the manifest");
+            core_kind_dependencies(&root).expect("a readable manifest")
+        };
+        assert!(manifest("tokio = \"1\"").is_empty());
+        assert_eq!(
+            manifest("berth-docker = { path = \"docker\" }"),
+            ["berth-docker"]
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub(crate) fn lint(root: &Path) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
-    // The library without its optional subsystems (docker, http) too.
+    // The library without its optional subsystem (http) too.
     run(Command::new("cargo").current_dir(root).args([
         "clippy",
         "--package",

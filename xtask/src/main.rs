@@ -195,7 +195,7 @@ fn demo(root: &Path) -> Result<()> {
             "run",
             "--quiet",
             "--package",
-            "berth",
+            "berth-docker",
             "--example",
             "demo",
             "--",

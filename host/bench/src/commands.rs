@@ -6,10 +6,10 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth::backend::docker::DockerOptions;
 use berth::backend::{ExecEvent, ExecRequest, PtySize};
 use berth::sandbox::{BackendSpec, Sandbox, SandboxClient, SandboxSpec, SnapshotSpec};
 use berth::workspace::WorkspaceSpec;
+use berth_docker::DockerOptions;
 
 use super::*;
 

@@ -104,8 +104,8 @@ pub(super) async fn dedup_rows(
 ) -> anyhow::Result<Vec<Row>> {
     let new_file_mib = if quick { 4 } else { 100 };
     let home = base.join(format!("dedup-home-{label}"));
-    let uncached = SandboxClient::builder(&home).pack_cache(None).build();
-    let cached = SandboxClient::builder(&home)
+    let uncached = crate::client_builder(&home).pack_cache(None).build();
+    let cached = crate::client_builder(&home)
         .pack_cache(Some(berth::snapshot::PackCache::new(
             base.join(format!("pack-cache-{label}")),
             8 << 30,

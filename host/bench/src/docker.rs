@@ -5,12 +5,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use berth::backend::docker::{DockerOptions, DockerState};
 use berth::backend::ExecRequest;
 use berth::sandbox::{
     BackendSpec, BackendState, SandboxClient, SandboxOptions, SandboxSpec, SnapshotSpec,
 };
 use berth::workspace::WorkspaceSpec;
+use berth_docker::{DockerOptions, DockerState};
 
 /// Berth side by side with GNU tar, the docker CLI and boto3.
 use super::*;
@@ -33,7 +33,7 @@ pub(super) async fn docker_rows(
 ) -> anyhow::Result<Vec<Row>> {
     let image = std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
     let probe = DockerOptions::new(image.clone()).into_state_for_probe();
-    if !berth::backend::docker::image_present(&probe).await? {
+    if !berth_docker::image_present(&probe).await? {
         bail!("test image {image} missing (`cargo xtask setup` imports it)");
     }
     let mut rows = Vec::new();
@@ -160,7 +160,7 @@ pub(super) async fn docker_rows(
         let mut d: DockerState = fresh.backend.decode()?;
         d.container_id = None;
         d.container_name = format!("{}-r{i}", d.container_name);
-        fresh.backend = BackendState::encode(berth::backend::docker::KIND, &d)?;
+        fresh.backend = BackendState::encode(berth_docker::KIND, &d)?;
         settle();
         let t = Instant::now();
         let mut rb = client.resume(fresh, None, opts()).await?;

@@ -20,6 +20,16 @@ use docker::*;
 use plugins::*;
 use s3::*;
 
+/// A client builder for sandboxes under `home` that knows the Docker and
+/// swarm kinds too.
+pub(crate) fn client_builder(home: impl Into<PathBuf>) -> berth::sandbox::SandboxClientBuilder {
+    let mut builder = SandboxClient::builder(home);
+    for provider in berth_docker::providers() {
+        builder = builder.backend_provider_shared(provider);
+    }
+    builder
+}
+
 use anyhow::bail;
 use berth::sandbox::{SandboxClient, SnapshotSpec};
 use clap::Parser;
@@ -223,7 +233,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let bytes = make_workspace(&src, size)?;
     let mut rows: Vec<Row> = Vec::new();
     let plugins = write_manifests(base.path(), args.quick)?;
-    let client = SandboxClient::new(base.path().join("home"));
+    let client = client_builder(base.path().join("home")).build();
     eprintln!(
         "bench: workspace {} MiB, {runs} run(s) each, alternating",
         bytes >> 20

@@ -153,7 +153,7 @@ pub(super) async fn rss_probe(size: u64, dedup: bool) -> anyhow::Result<ExitCode
         .first()
         .filter(|(p, _)| p.manifest == "fs-store.toml")
         .context("fs-store not built: cargo xtask build-guests")?;
-    let client = SandboxClient::builder(base.path().join("home"))
+    let client = crate::client_builder(base.path().join("home"))
         .pack_cache(None)
         .build();
     let spec = snapshot_spec(plugin, manifest);

@@ -167,7 +167,7 @@ fn berth_loss(
     ok(berth(home)?.args(["stop", &name]))?;
     let state =
         berth::sandbox::SandboxState::from_json(&ok(berth(home)?.args(["inspect", &name]))?)?;
-    let swarm_state: berth::backend::docker::swarm::SwarmState = state.backend.decode()?;
+    let swarm_state: berth_docker::swarm::SwarmState = state.backend.decode()?;
     let node = swarm.node_named(&swarm_state.current.map(|t| t.node).unwrap_or_default());
     swarm.kill_daemon(&node);
     let t = Instant::now();

@@ -30,10 +30,13 @@ pub(crate) fn named(home: &Path) -> NamedSandboxes {
 }
 
 /// The client every command uses: sandboxes under `home`, every kind
-/// this `berth` knows (the library's and an embedder's), their slow steps
+/// this `berth` knows (the library's, `berth-docker`'s and an embedder's), their slow steps
 /// drawn on stderr.
 pub(crate) fn client(home: &Path) -> SandboxClient {
     let mut builder = SandboxClient::builder(home).backend_progress(progress_on_stderr());
+    for provider in berth_docker::providers() {
+        builder = builder.backend_provider_shared(provider);
+    }
     for provider in crate::extra_providers() {
         builder = builder.backend_provider_shared(provider.clone());
     }

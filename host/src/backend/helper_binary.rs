@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// `$BERTH_AGENT`, else `berth-agent-static` (a static build, which runs
 /// in any image) beside the running program or in its parent directory
 /// (where `cargo xtask build-agent` puts it for the CLI and the tests).
-pub(crate) fn path() -> Option<PathBuf> {
+pub fn path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("BERTH_AGENT").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }

@@ -2,10 +2,8 @@
 //! implements the small [`Backend`] trait; the lifecycle (start branches,
 //! snapshots, entries) lives once, in [`crate::sandbox`].
 
-#[cfg(feature = "docker")]
-pub mod docker;
 pub mod exec;
-pub(crate) mod helper_binary;
+pub mod helper_binary;
 mod host_process;
 pub mod local;
 mod progress;

@@ -6,14 +6,11 @@ use std::sync::Arc;
 use super::provider::{BackendSpec, Registry};
 
 impl Registry {
-    /// Local and, with the `docker` feature, Docker and swarm.
+    /// The local backend: the one kind the library carries (Docker and
+    /// swarm are `berth-docker`'s, registered by whoever uses them).
     pub(crate) fn with_defaults() -> Self {
         let mut registry = Registry::default();
         registry.register(Arc::new(super::local::LocalProvider));
-        #[cfg(feature = "docker")]
-        registry.register(Arc::new(super::docker::DockerProvider::default()));
-        #[cfg(feature = "docker")]
-        registry.register(Arc::new(super::docker::swarm::SwarmProvider::default()));
         registry
     }
 }

@@ -111,7 +111,7 @@ impl SandboxClientBuilder {
     /// Resumes (and lists, and forks) sandboxes of `provider`'s kind with
     /// it, replacing the provider the client had for that kind. By
     /// default, the client knows the local backend and, with the `docker`
-    /// feature, Docker ([`crate::backend::docker::DockerProvider`]).
+    /// feature, Docker ([`berth_docker::DockerProvider`]).
     pub fn backend_provider(self, provider: impl BackendProvider + 'static) -> Self {
         self.backend_provider_shared(Arc::new(provider))
     }

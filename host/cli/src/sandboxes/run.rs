@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use berth::backend::docker::EngineChoice;
 use berth::snapshot::DedupRecord;
+use berth_docker::EngineChoice;
 use clap::Args;
 
 use super::*;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::SwarmOptions;
-use crate::backend::settings::{lenient, BackendSettings, SettingDoc, SettingsError};
+use berth::backend::settings::{lenient, BackendSettings, SettingDoc, SettingsError};
 
 /// A new swarm sandbox's settings, as a front end gives them.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -158,10 +158,10 @@ mod tests {
 
     #[test]
     fn the_documented_settings_are_the_fields() {
-        let keys = crate::backend::settings::documented_names(SETTINGS);
+        let keys = berth::backend::settings::documented_names(SETTINGS);
         assert_eq!(
             keys,
-            crate::backend::settings::struct_fields::<SwarmSettings>()
+            berth::backend::settings::struct_fields::<SwarmSettings>()
         );
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{SwarmBackend, KIND};
-use crate::backend::{Backend, BackendError, BackendOptions, CreateContext};
+use berth::backend::{Backend, BackendError, BackendOptions, CreateContext};
 
 /// How long a start waits for the swarm to run the sandbox's task, by
 /// default: longer than a node loss takes to be noticed and rescheduled
@@ -16,7 +16,7 @@ use crate::backend::{Backend, BackendError, BackendOptions, CreateContext};
 pub const DEFAULT_PLACEMENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn default_root() -> String {
-    crate::workspace::spec::DEFAULT_ROOT.to_string()
+    berth::workspace::spec::DEFAULT_ROOT.to_string()
 }
 fn yes() -> bool {
     true

@@ -13,10 +13,10 @@ use bollard::models::{
 use bollard::query_parameters::{ListNodesOptionsBuilder, ListTasksOptionsBuilder};
 use bollard::Docker;
 
-use super::super::{engine, DEFAULT_PIDS_LIMIT, KEEP_ALIVE};
 use super::options::SwarmState;
 use super::BACKEND;
-use crate::backend::BackendError;
+use crate::{engine, DEFAULT_PIDS_LIMIT, KEEP_ALIVE};
+use berth::backend::BackendError;
 
 /// How long one manager call may take before the next manager is tried
 /// (a manager cut off from the others can hang until its election
@@ -41,7 +41,7 @@ fn unreachable(message: String, source: Option<BackendError>) -> BackendError {
 /// kept (so "not found" is told apart); anything else means the manager
 /// stopped answering.
 fn swarm_error(operation: &'static str, e: bollard::errors::Error) -> BackendError {
-    crate::backend::docker::service_error(BACKEND, operation, e, |other| {
+    crate::service_error(BACKEND, operation, e, |other| {
         unreachable(
             format!("{operation}: the swarm manager stopped answering"),
             Some(BackendError::Operation {

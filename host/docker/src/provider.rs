@@ -3,7 +3,7 @@
 
 use super::options::*;
 use super::*;
-use crate::backend::{
+use berth::backend::{
     Backend, BackendError, BackendProvider, BackendSpec, BackendState, BackendSummary,
 };
 
@@ -39,13 +39,13 @@ impl BackendProvider for DockerProvider {
         ))
     }
 
-    fn settings_doc(&self) -> Vec<crate::backend::SettingDoc> {
+    fn settings_doc(&self) -> Vec<berth::backend::SettingDoc> {
         super::SETTINGS.to_vec()
     }
 
     fn options_from(
         &self,
-        settings: &crate::backend::BackendSettings,
+        settings: &berth::backend::BackendSettings,
     ) -> Result<BackendSpec, BackendError> {
         let mut options = super::DockerSettings::decode(settings)?.into_options(settings)?;
         options.pull_progress = self.pull_progress.clone();
@@ -79,7 +79,7 @@ impl BackendProvider for DockerProvider {
 
     fn with_progress(
         &self,
-        sink: crate::backend::ProgressSink,
+        sink: berth::backend::ProgressSink,
     ) -> Option<std::sync::Arc<dyn BackendProvider>> {
         Some(std::sync::Arc::new(
             self.clone()

@@ -5,7 +5,7 @@ use super::options::*;
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{
+use berth::backend::{
     Backend, BackendError, BackendProvider, BackendSpec, BackendState, BackendSummary,
 };
 
@@ -59,13 +59,13 @@ impl BackendProvider for SwarmProvider {
         }
     }
 
-    fn settings_doc(&self) -> Vec<crate::backend::SettingDoc> {
+    fn settings_doc(&self) -> Vec<berth::backend::SettingDoc> {
         super::SETTINGS.to_vec()
     }
 
     fn options_from(
         &self,
-        settings: &crate::backend::BackendSettings,
+        settings: &berth::backend::BackendSettings,
     ) -> Result<BackendSpec, BackendError> {
         let mut options = super::SwarmSettings::decode(settings)?.into_options(settings)?;
         options.progress = self.progress.clone();
@@ -80,7 +80,7 @@ impl BackendProvider for SwarmProvider {
 
     fn with_progress(
         &self,
-        sink: crate::backend::ProgressSink,
+        sink: berth::backend::ProgressSink,
     ) -> Option<Arc<dyn BackendProvider>> {
         Some(Arc::new(
             self.clone().placement_progress(placement_reported_to(sink)),
@@ -91,11 +91,11 @@ impl BackendProvider for SwarmProvider {
 /// A [`PlacementProgress`] that tells `sink` in the kinds' common shape:
 /// the task's state while Berth waits for it, and, when the task runs
 /// after a wait long enough to notice (2 s), a line saying how long.
-fn placement_reported_to(sink: crate::backend::ProgressSink) -> PlacementProgress {
+fn placement_reported_to(sink: berth::backend::ProgressSink) -> PlacementProgress {
     let waiting =
         std::sync::Mutex::new(std::collections::HashMap::<String, std::time::Instant>::new());
     PlacementProgress(Arc::new(move |status: &PlacementStatus| {
-        let mut report = crate::backend::BackendProgress::new(
+        let mut report = berth::backend::BackendProgress::new(
             KIND,
             format!("waiting for the swarm: {}", status.service),
         );

@@ -1,5 +1,5 @@
 //! The whole story on the embedded default, no Docker needed (`cargo xtask
-//! demo` runs it: `cargo run -p berth --example demo -- FS_STORE.wasm`).
+//! demo` runs it: `cargo run -p berth-docker --example demo -- FS_STORE.wasm`).
 //! A local sandbox whose snapshots go through the `fs-store` Wasm plugin:
 //! create, exec, stop, lose the workspace, resume, see the files return.
 
@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use berth::backend::docker::{DockerOptions, DockerState};
 use berth::backend::local::LocalState;
 use berth::backend::ExecRequest;
 use berth::plugin::{CompileCache, PluginHost};
@@ -16,6 +15,7 @@ use berth::sandbox::{
     BackendSpec, Sandbox, SandboxClient, SandboxOptions, SandboxSpec, SandboxState, SnapshotSpec,
 };
 use berth::workspace::WorkspaceSpec;
+use berth_docker::{DockerOptions, DockerState};
 
 /// The fs-store component: the first argument (`cargo xtask demo` passes
 /// it), else `$BERTH_FS_STORE`.
@@ -90,9 +90,13 @@ async fn main() -> anyhow::Result<ExitCode> {
             ".cache": {"type": "dir", "ephemeral": true, "children": {"token": {"type": "file", "content": "not persisted"}}}
         }
     }))?;
-    let client = SandboxClient::builder(base.join("home"))
-        .plugin_host(host)
-        .build();
+    // The Docker kind is `berth-docker`'s: registered, the client resumes
+    // Docker sandboxes from their state.
+    let mut builder = SandboxClient::builder(base.join("home")).plugin_host(host);
+    for provider in berth_docker::providers() {
+        builder = builder.backend_provider_shared(provider);
+    }
+    let client = builder.build();
     let options = || SandboxOptions {
         compression: true,
         ..SandboxOptions::default()
@@ -185,7 +189,7 @@ async fn main() -> anyhow::Result<ExitCode> {
 async fn docker_half(client: &SandboxClient, manifest: &Path) -> anyhow::Result<()> {
     let image = std::env::var("BERTH_DEMO_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
     let probe = DockerOptions::new(image.clone()).into_state_for_probe();
-    match berth::backend::docker::image_present(&probe).await {
+    match berth_docker::image_present(&probe).await {
         Ok(true) => {}
         Ok(false) => {
             println!(

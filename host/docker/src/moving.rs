@@ -3,7 +3,7 @@
 //! lifecycle does the rest).
 
 use super::{describe_engine, DockerState, EngineChoice, KIND};
-use crate::backend::{BackendError, BackendState};
+use berth::backend::{BackendError, BackendState};
 
 impl EngineChoice {
     /// The backend state of a sandbox (`current`, its state now) moved to
@@ -17,7 +17,7 @@ impl EngineChoice {
     /// store, such as the s3-store plugin), or resume as usual on `None`:
     ///
     /// ```no_run
-    /// use berth::backend::docker::EngineChoice;
+    /// use berth_docker::EngineChoice;
     /// use berth::sandbox::{SandboxClient, SandboxState};
     /// # async fn f(json: &str) -> Result<(), Box<dyn std::error::Error>> {
     /// let client = SandboxClient::new("/var/lib/my-agent/berth");

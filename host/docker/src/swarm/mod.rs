@@ -34,7 +34,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use berth::backend::docker::swarm::SwarmOptions;
+//! use berth_docker::swarm::SwarmOptions;
 //! use berth::sandbox::{BackendSpec, SandboxClient, SandboxSpec, SnapshotSpec};
 //! use berth::{ExecRequest, WorkspaceSpec};
 //!
@@ -78,11 +78,11 @@ use std::time::{Duration, Instant};
 use bollard::models::ContainerStateStatusEnum;
 
 use super::{DockerBackend, DockerState, PullPolicy};
-use crate::backend::{
+use berth::backend::{
     ArchiveStream, Backend, BackendError, BackendState, ExecProcess, ExecRequest, Provisioned,
     PublishedPort, SandboxHelper,
 };
-use crate::workspace::entries::BindMounts;
+use berth::workspace::entries::BindMounts;
 use manager::Manager;
 
 pub(crate) const BACKEND: &str = "swarm backend";
@@ -632,9 +632,9 @@ impl Backend for SwarmBackend {
     async fn walk_workspace(
         &self,
         exclude: &[PathBuf],
-        known: crate::workspace::tree::KnownFiles,
+        known: berth::workspace::tree::KnownFiles,
         freeze: bool,
-    ) -> Result<Option<crate::backend::TreeWalk>, BackendError> {
+    ) -> Result<Option<berth::backend::TreeWalk>, BackendError> {
         self.fence()
             .await?
             .walk_workspace(exclude, known, freeze)

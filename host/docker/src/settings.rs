@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::{DockerOptions, PullPolicy};
-use crate::backend::settings::{lenient, BackendSettings, SettingDoc, SettingsError};
+use berth::backend::settings::{lenient, BackendSettings, SettingDoc, SettingsError};
 
 /// A new Docker sandbox's settings, as a front end gives them.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -150,15 +150,15 @@ impl DockerSettings {
 
 #[cfg(test)]
 mod tests {
-    use super::super::KIND;
     use super::*;
+    use crate::KIND;
 
     #[test]
     fn the_documented_settings_are_the_fields() {
-        let keys = crate::backend::settings::documented_names(SETTINGS);
+        let keys = berth::backend::settings::documented_names(SETTINGS);
         assert_eq!(
             keys,
-            crate::backend::settings::struct_fields::<DockerSettings>()
+            berth::backend::settings::struct_fields::<DockerSettings>()
         );
     }
 

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::ResourcesUlimits;
 
-use super::super::BackendError;
 use super::BACKEND;
+use berth::backend::BackendError;
 
 /// The supported arguments, for error messages and docs.
 pub const SUPPORTED: &[&str] = &[

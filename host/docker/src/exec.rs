@@ -13,8 +13,8 @@ use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::{api, op, DockerBackend};
-use crate::backend::exec::TIMEOUT_EXIT_CODE;
-use crate::backend::{
+use berth::backend::exec::TIMEOUT_EXIT_CODE;
+use berth::backend::{
     BackendError, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecProcess, ExecRequest, ExecResult,
     PtySize,
 };
@@ -45,7 +45,7 @@ impl DockerBackend {
         &self,
         request: &ExecRequest,
     ) -> Result<ExecProcess, BackendError> {
-        let pidfile = format!("/tmp/.berth-exec-{:x}", crate::random_id::random_u64());
+        let pidfile = format!("/tmp/.berth-exec-{:x}", berth::random_id::random_u64());
         let cmd = vec![
             "sh".to_string(),
             "-c".to_string(),

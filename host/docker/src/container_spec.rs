@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTypeEnum, PortBinding};
 
 use super::{run_args, DockerBackend, BACKEND, DEFAULT_PIDS_LIMIT, KEEP_ALIVE};
-use crate::backend::BackendError;
+use berth::backend::BackendError;
 
 impl DockerBackend {
     pub(super) fn create_body(&self) -> Result<ContainerCreateBody, BackendError> {

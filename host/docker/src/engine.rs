@@ -17,7 +17,7 @@ use bollard::Docker;
 
 use super::config;
 use super::BACKEND;
-use crate::backend::BackendError;
+use berth::backend::BackendError;
 
 /// The default endpoint when nothing else names one.
 pub(crate) const DEFAULT_ENDPOINT: &str = "unix:///var/run/docker.sock";
@@ -186,7 +186,7 @@ pub(crate) fn resolve(
     Ok(engine)
 }
 
-pub(crate) use crate::error_text::causes;
+pub(crate) use berth::error_text::causes;
 
 /// The advice that goes with a failure to reach `engine`.
 fn advice(engine: &Engine, why: &str) -> String {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config;
 use super::engine::Engine;
-use crate::backend::BackendError;
+use berth::backend::BackendError;
 
 /// When a sandbox's image is pulled from its registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -91,7 +91,7 @@ impl std::fmt::Debug for PullProgress {
 /// report; pulls of several images at once are kept apart).
 pub(crate) fn reported_to(
     backend: &'static str,
-    sink: crate::backend::ProgressSink,
+    sink: berth::backend::ProgressSink,
 ) -> PullProgress {
     let started =
         std::sync::Mutex::new(std::collections::HashMap::<String, std::time::Instant>::new());
@@ -101,7 +101,7 @@ pub(crate) fn reported_to(
             .entry(status.image.clone())
             .or_insert_with(std::time::Instant::now);
         let mut report =
-            crate::backend::BackendProgress::new(backend, format!("pulling {}", status.image));
+            berth::backend::BackendProgress::new(backend, format!("pulling {}", status.image));
         report.bytes = Some((status.bytes_done, status.bytes_total));
         report.detail = Some(format!("{}/{} layers", status.layers_done, status.layers));
         if status.finished {

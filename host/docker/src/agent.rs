@@ -27,8 +27,8 @@ use tokio::sync::mpsc;
 
 use bytes::Bytes;
 
-use crate::backend::exec::TIMEOUT_EXIT_CODE;
-use crate::backend::{
+use berth::backend::exec::TIMEOUT_EXIT_CODE;
+use berth::backend::{
     BackendError, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecProcess, ExecRequest,
 };
 
@@ -80,7 +80,7 @@ impl std::fmt::Display for AgentUnavailable {
 fn agent_tar() -> Result<Arc<Vec<u8>>, AgentUnavailable> {
     static TAR: OnceLock<Result<Arc<Vec<u8>>, AgentUnavailable>> = OnceLock::new();
     TAR.get_or_init(|| {
-        let path = crate::backend::helper_binary::path().ok_or_else(|| {
+        let path = berth::backend::helper_binary::path().ok_or_else(|| {
             AgentUnavailable(
                 format!("{NO_BINARY} (set BERTH_AGENT to the static berth-agent binary, or put berth-agent-static beside the program)"),
             )

@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{engine, DockerBackend, PullPolicy, PullProgress, KIND};
-use crate::backend::{Backend, BackendError, BackendOptions, CreateContext};
-use crate::workspace::spec::BindMount;
+use berth::backend::{Backend, BackendError, BackendOptions, CreateContext};
+use berth::workspace::spec::BindMount;
 
 fn default_root() -> String {
-    crate::workspace::spec::DEFAULT_ROOT.to_string()
+    berth::workspace::spec::DEFAULT_ROOT.to_string()
 }
 fn yes() -> bool {
     true

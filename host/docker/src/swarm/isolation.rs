@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use super::BACKEND;
-use crate::backend::docker::DockerBackend;
-use crate::backend::{Backend, BackendError, ExecRequest};
+use crate::DockerBackend;
+use berth::backend::{Backend, BackendError, ExecRequest};
 
 /// What the container's first process runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use berth_agent::walk::{encode_request, ItemReader, KnownFiles, WireEvent};
 use bytes::Bytes;
 
-use crate::backend::{ExecEvent, ExecProcess, ExecRequest, TreeWalk};
+use berth::backend::{ExecEvent, ExecProcess, ExecRequest, TreeWalk};
 
 /// How long a walk may take.
 const WALK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
@@ -38,7 +38,7 @@ pub(super) async fn start(
     process: ExecProcess,
     exclude: &[PathBuf],
     known: &KnownFiles,
-) -> Result<TreeWalk, crate::backend::BackendError> {
+) -> Result<TreeWalk, berth::backend::BackendError> {
     let request = Bytes::from(encode_request(exclude, known));
     let sending = async {
         for piece in request.chunks(256 * 1024) {

@@ -48,13 +48,13 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures::StreamExt;
 
-use super::{
+use berth::backend::{
     ArchiveStream, Backend, BackendError, ExecProcess, ExecRequest, Provisioned, PublishedPort,
     SandboxHelper,
 };
-use crate::byte_pipe;
-use crate::workspace::archive;
-use crate::workspace::entries::BindMounts;
+use berth::byte_pipe;
+use berth::workspace::archive;
+use berth::workspace::entries::BindMounts;
 
 pub(crate) const BACKEND: &str = "docker backend";
 
@@ -641,9 +641,9 @@ impl Backend for DockerBackend {
     async fn walk_workspace(
         &self,
         exclude: &[PathBuf],
-        known: crate::workspace::tree::KnownFiles,
+        known: berth::workspace::tree::KnownFiles,
         freeze: bool,
-    ) -> Result<Option<super::TreeWalk>, BackendError> {
+    ) -> Result<Option<berth::backend::TreeWalk>, BackendError> {
         // Without the agent, the archive API (every byte) it is.
         if self.agent_session().await.is_err() {
             return Ok(None);
@@ -686,7 +686,7 @@ impl Backend for DockerBackend {
     }
 
     fn staging_dir(&self) -> Option<String> {
-        let dir = format!(".berth-staging-{:016x}", crate::random_id::random_u64());
+        let dir = format!(".berth-staging-{:016x}", berth::random_id::random_u64());
         if let Ok(mut s) = self.staging.lock() {
             *s = Some(dir.clone());
         }
@@ -770,7 +770,30 @@ impl Backend for DockerBackend {
         BindMounts::Skip
     }
 
-    fn state(&self) -> Result<crate::backend::BackendState, BackendError> {
-        crate::backend::BackendState::encode(KIND, &self.state)
+    fn state(&self) -> Result<berth::backend::BackendState, BackendError> {
+        berth::backend::BackendState::encode(KIND, &self.state)
     }
+}
+
+/// The Docker and swarm backend providers, to register with a client so
+/// that it resumes, lists and moves their sandboxes and takes their
+/// settings from front ends:
+///
+/// ```no_run
+/// let mut builder = berth::SandboxClient::builder("/var/lib/my-agent/berth");
+/// for provider in berth_docker::providers() {
+///     builder = builder.backend_provider_shared(provider);
+/// }
+/// let client = builder.build();
+/// # let _ = client;
+/// ```
+///
+/// A sandbox is created on Docker with [`DockerOptions`] (or
+/// [`swarm::SwarmOptions`]) whether or not they are registered; resuming
+/// one needs them.
+pub fn providers() -> Vec<std::sync::Arc<dyn berth::backend::BackendProvider>> {
+    vec![
+        std::sync::Arc::new(DockerProvider::default()),
+        std::sync::Arc::new(swarm::SwarmProvider::default()),
+    ]
 }
