@@ -64,6 +64,10 @@ impl BackendUnderTest for Docker {
         BackendSpec::new(berth_docker::DockerOptions::new(test_image()))
     }
 
+    fn provider(&self) -> Option<std::sync::Arc<dyn berth::backend::BackendProvider>> {
+        Some(std::sync::Arc::new(berth_docker::DockerProvider::default()))
+    }
+
     fn disasters(&self) -> Vec<Disaster> {
         vec![
             Disaster::InstanceRemoved,

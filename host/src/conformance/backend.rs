@@ -55,8 +55,8 @@ pub trait BackendUnderTest: Send + Sync {
     fn spec(&self) -> BackendSpec;
 
     /// The provider that resumes this backend's sandboxes, when the client
-    /// does not know the kind already (a backend outside the crate). By
-    /// default, `None`.
+    /// does not know the kind already (any kind outside the core, Docker's
+    /// and swarm's included). By default, `None`.
     fn provider(&self) -> Option<Arc<dyn BackendProvider>> {
         None
     }
