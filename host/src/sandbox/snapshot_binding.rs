@@ -241,6 +241,16 @@ pub(super) fn resolve_choice(
     })
 }
 
+/// The deduplicated snapshot's record in a state's fields, if any; an
+/// unreadable one is a corrupt state.
+fn dedup_record_in(
+    fields: &crate::snapshot::KindFields,
+) -> Result<Option<DedupRecord>, SandboxError> {
+    dedup::record_in(fields).map_err(|e| SandboxError::CorruptState {
+        problem: format!("the deduplicated snapshot's record: {e}"),
+    })
+}
+
 /// The spec a state was made from (for resume without one), through its
 /// kind's provider. Versions before 0.4 wrote a deduplicated snapshot as
 /// `remote` with its record.
@@ -248,9 +258,7 @@ pub(super) fn spec_of(
     registry: &Registry,
     state: &SnapshotState,
 ) -> Result<SnapshotSpec, SandboxError> {
-    let record = dedup::record_in(&state.fields).map_err(|e| SandboxError::CorruptState {
-        problem: format!("the deduplicated snapshot's record: {e}"),
-    })?;
+    let record = dedup_record_in(&state.fields)?;
     let is_dedup = state.kind == dedup::KIND;
     let kind = if is_dedup { "remote" } else { &state.kind };
     if kind == CUSTOM {
@@ -283,9 +291,7 @@ pub(super) async fn bind(
     spool_dir: Option<&std::path::Path>,
 ) -> Result<(Arc<dyn SandboxSnapshot>, SnapshotState), SandboxError> {
     let recorded = match previous {
-        Some(p) => dedup::record_in(&p.fields).map_err(|e| SandboxError::CorruptState {
-            problem: format!("the deduplicated snapshot's record: {e}"),
-        })?,
+        Some(p) => dedup_record_in(&p.fields)?,
         None => None,
     };
     let record = match (recorded, spec.keep) {
