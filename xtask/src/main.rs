@@ -194,6 +194,9 @@ fn demo(root: &Path) -> Result<()> {
         .args([
             "run",
             "--quiet",
+            // Unoptimised, for a short first run (see `[profile.demo]`).
+            "--profile",
+            "demo",
             "--package",
             "berth-docker",
             "--example",
