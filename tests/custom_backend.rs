@@ -314,12 +314,7 @@ print("done")
 "#,
         parent = parent_text
     );
-    let out = std::process::Command::new("python3")
-        .env("BERTH_HOME", home)
-        .env("PYTHONPATH", berth_tests::repo_root().join("host/python"))
-        .args(["-c", &script])
-        .output()
-        .unwrap();
+    let out = berth_tests::python_client(&[("BERTH_HOME", home)], &script);
     let said = text(&out);
     ok(&["server", "stop"]);
     assert!(out.status.success() && said.contains("done"), "{said}");
@@ -437,12 +432,7 @@ print("done")
         dir = copies.display().to_string(),
         kind = COPIES,
     );
-    let out = std::process::Command::new("python3")
-        .env("BERTH_HOME", home)
-        .env("PYTHONPATH", berth_tests::repo_root().join("host/python"))
-        .args(["-c", &script])
-        .output()
-        .unwrap();
+    let out = berth_tests::python_client(&[("BERTH_HOME", home)], &script);
     let text = said(&out);
     ok(&["server", "stop"]);
     assert!(out.status.success() && text.contains("done"), "{text}");

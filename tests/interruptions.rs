@@ -364,12 +364,7 @@ print("done")
 "#,
         image = test_image()
     );
-    let out = Command::new("python3")
-        .env("BERTH_HOME", home)
-        .env("PYTHONPATH", berth_tests::repo_root().join("host/python"))
-        .args(["-c", &script])
-        .output()
-        .unwrap();
+    let out = berth_tests::python_client(&[("BERTH_HOME", home)], &script);
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("done"),
         "{}{}",

@@ -19,11 +19,7 @@ pub fn client(home: impl Into<PathBuf>) -> berth::SandboxClient {
 
 /// [`client`]'s builder, to set more.
 pub fn client_builder(home: impl Into<PathBuf>) -> berth::sandbox::SandboxClientBuilder {
-    let mut builder = berth::SandboxClient::builder(home);
-    for provider in berth_docker::providers() {
-        builder = builder.backend_provider_shared(provider);
-    }
-    builder
+    berth::SandboxClient::builder(home).backend_providers(berth_docker::providers())
 }
 
 /// The repository root.
@@ -32,6 +28,19 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// `python3 -c SCRIPT` with the repository's Python client importable and
+/// `env` set (`BERTH_HOME`, `BERTH_SOCKET`, …); what it printed.
+pub fn python_client(env: &[(&str, &Path)], script: &str) -> std::process::Output {
+    let mut cmd = std::process::Command::new("python3");
+    cmd.env("PYTHONPATH", repo_root().join("host/python"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.args(["-c", script])
+        .output()
+        .expect("running python3 (`cargo xtask setup` installs it)")
 }
 
 /// Every guest in `guest-examples/guests.toml`.

@@ -5,9 +5,10 @@
 //! was there back on another node identical to its last stop; the lost
 //! node back, its stale containers never used or persisted; the leader
 //! lost; an unsatisfiable placement; four processes resuming one sandbox;
-//! deduplicated stops walked on the node and forks of swarm sandboxes;
-//! and the backend conformance suite. A binary of its own: it breaks the
-//! swarm on purpose, one test at a time.
+//! deduplicated stops walked on the node and forks of swarm sandboxes; a
+//! node that drops no-new-privileges refused by name; a node engine behind
+//! mutual TLS; and the backend conformance suite. A binary of its own: it
+//! breaks the swarm on purpose, one test at a time.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -15,6 +16,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod swarm_conformance;
+mod swarm_engines;
+mod swarm_isolation;
 
 use berth::conformance::WORKSPACE_LISTING;
 use berth_docker::swarm::SwarmState;
@@ -548,6 +551,10 @@ fn an_unsatisfiable_placement_is_refused_with_the_swarms_reason_and_leaves_nothi
     assert_eq!(s.swarm.berth_services(), before);
 }
 
+/// The Python client through `berth serve`: a swarm sandbox placed, its
+/// task replaced behind the server's open sandbox (`Stale` once, then the
+/// sandbox resumed where the swarm placed it), an unsatisfiable placement
+/// refused (`PlacementFailed`) leaving nothing.
 #[test]
 fn an_agent_framework_places_a_sandbox_on_the_swarm_through_the_api() {
     let _serial = serial();
@@ -568,7 +575,16 @@ fn an_agent_framework_places_a_sandbox_on_the_swarm_through_the_api() {
         assert!(started.elapsed() < Duration::from_secs(30), "no server");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let script = format!(
+    let python = |script: &str| berth_tests::python_client(&[("BERTH_SOCKET", &socket)], script);
+    let ok = |out: &Output| {
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let placed = python(&format!(
         r#"
 import berth_client as b
 c = b.Berth()
@@ -577,6 +593,35 @@ sb = c.create("py", backend="swarm", engine={manager:?}, image={image:?},
 r = sb.exec("echo placed > w; cat w")
 assert r.stdout_bytes == b"placed\n", r
 sb.stop()
+sb.exec("echo unsaved > unsaved")
+print("ok")
+"#,
+        manager = s.swarm.manager,
+        image = test_image(),
+        snapshot = format!("remote:{}", s.manifest.display()),
+    ));
+    ok(&placed);
+    // The swarm replaces the task behind the server's open sandbox: the
+    // next call is refused as stale, the one after runs where the swarm
+    // placed it, restored from the last stop.
+    let task = s.swarm_state("py").current.expect("a task").task;
+    let service = format!("berth-{}", berth_state(s.home(), "py").session_id);
+    s.remove_container("py");
+    s.swarm
+        .wait_task_replaced(&service, &task, Duration::from_secs(60));
+    let rest = python(&format!(
+        r#"
+import berth_client as b
+c = b.Berth()
+sb = c.sandbox("py")
+try:
+    sb.files.read("w")
+    raise SystemExit("a replaced task was used")
+except b.Stale as e:
+    assert "is stale" in e.message and {task:?} in e.message, e.message
+assert sb.files.read("w") == b"placed\n"
+r = sb.exec("test -e unsaved && echo kept || echo restored")
+assert r.stdout_bytes == b"restored\n", r
 try:
     c.create("nowhere", backend="swarm", engine={manager:?}, image={image:?},
              snapshot={snapshot:?}, constraints=["node.labels.pool==gpu"],
@@ -595,21 +640,10 @@ print("ok")
         manager = s.swarm.manager,
         image = test_image(),
         snapshot = format!("remote:{}", s.manifest.display()),
-    );
-    let out = std::process::Command::new("python3")
-        .env("PYTHONPATH", berth_tests::repo_root().join("host/python"))
-        .env("BERTH_SOCKET", &socket)
-        .args(["-c", &script])
-        .output()
-        .unwrap();
+    ));
     let _ = server.kill();
     let _ = server.wait();
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&rest);
     assert_eq!(
         s.swarm.berth_services(),
         before,

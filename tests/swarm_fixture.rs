@@ -1,7 +1,8 @@
 //! The three-node swarm `cargo xtask setup` starts (each node a dockerd in
 //! its own network namespace), and the faults tests inflict on it: a
 //! node's dockerd killed and started again, a node's link cut and
-//! restored. [`NodeGuard`] brings every node back, whatever a test did.
+//! restored, a node's runtime weakened. [`NodeGuard`] brings every node
+//! back, whatever a test did.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -176,6 +177,93 @@ impl Swarm {
         }
     }
 
+    /// Makes a node's engine run new containers through a runtime that
+    /// turns no-new-privileges off (a wrapper around `runc` that edits the
+    /// bundle's spec before `create`), as a node whose engine ignores the
+    /// setting would. Reloaded live (`SIGHUP`: `runtimes` and
+    /// `default-runtime` are reloadable), so the node stays in the swarm.
+    /// [`Swarm::restore_runtime`] undoes it; [`NodeGuard`] does too.
+    pub fn weaken_runtime(&self, node: &str) {
+        let dir = format!("{}/{node}", self.dir);
+        let wrapper = format!("{dir}/weak-runc");
+        std::fs::write(
+            &wrapper,
+            "#!/bin/sh\n\
+             # Test fixture: no-new-privileges off in every container this runtime creates.\n\
+             prev=\n\
+             for a in \"$@\"; do\n\
+               if [ \"$prev\" = --bundle ]; then\n\
+                 sed -i 's/\"noNewPrivileges\":true/\"noNewPrivileges\":false/' \"$a/config.json\"\n\
+               fi\n\
+               prev=$a\n\
+             done\n\
+             exec runc \"$@\"\n",
+        )
+        .expect("writing the weak runtime");
+        std::fs::set_permissions(
+            &wrapper,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("making the weak runtime executable");
+        let config = format!("{dir}/daemon.json");
+        let backup = format!("{dir}/daemon.json.strict");
+        if !std::path::Path::new(&backup).exists() {
+            std::fs::copy(&config, &backup).expect("keeping the node's daemon.json");
+        }
+        let mut weak: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&backup).unwrap()).unwrap();
+        weak["runtimes"] = serde_json::json!({ "berth-weak": { "path": wrapper } });
+        weak["default-runtime"] = "berth-weak".into();
+        std::fs::write(&config, weak.to_string()).unwrap();
+        self.reload(node, "berth-weak");
+    }
+
+    /// Undoes [`Swarm::weaken_runtime`] (nothing when it was not done).
+    pub fn restore_runtime(&self, node: &str) {
+        let dir = format!("{}/{node}", self.dir);
+        let backup = format!("{dir}/daemon.json.strict");
+        if !std::path::Path::new(&backup).exists() {
+            return;
+        }
+        // A reload leaves a key the file lacks as it was: name the default
+        // runtime for the reload, then put the file back as it was.
+        let config = format!("{dir}/daemon.json");
+        let mut strict: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&backup).unwrap()).unwrap();
+        strict["default-runtime"] = "runc".into();
+        std::fs::write(&config, strict.to_string()).unwrap();
+        if self.answers(node) {
+            self.reload(node, "runc");
+        }
+        std::fs::rename(&backup, &config).expect("restoring daemon.json");
+    }
+
+    /// Sends the node's dockerd `SIGHUP` and waits until its default
+    /// runtime is `runtime`.
+    fn reload(&self, node: &str, runtime: &str) {
+        let pid = std::fs::read_to_string(format!("{}/{node}/docker.pid", self.dir))
+            .expect("the node's pid file");
+        let pid: i32 = pid.trim().parse().expect("a pid");
+        // SAFETY: kill(2) with a pid read from dockerd's own pid file.
+        unsafe {
+            libc::kill(pid, libc::SIGHUP);
+        }
+        let started = Instant::now();
+        loop {
+            let now = self
+                .docker(node, &["info", "--format", "{{.DefaultRuntime}}"])
+                .unwrap_or_default();
+            if now == runtime {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "node {node}'s default runtime is {now:?}, not {runtime:?}, 20 s after a reload"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     fn link(&self, node: &str, state: &str) {
         let out = Command::new("ip")
             .args(["-n", &format!("berth-{node}"), "link", "set", "eth0", state])
@@ -276,8 +364,8 @@ impl Swarm {
     }
 }
 
-/// Brings every node back when dropped (links up, daemons started, all
-/// ready), so a failed test leaves the swarm whole for the next.
+/// Brings every node back when dropped (links up, daemons started,
+/// runtimes restored, all ready), so a failed test leaves the swarm whole for the next.
 pub struct NodeGuard(pub Swarm);
 
 impl Drop for NodeGuard {
@@ -289,6 +377,7 @@ impl Drop for NodeGuard {
             if !self.0.answers(&node) {
                 self.0.start_daemon(&node);
             }
+            self.0.restore_runtime(&node);
         }
         if !std::thread::panicking() {
             self.0.wait_all_ready(Duration::from_secs(120));

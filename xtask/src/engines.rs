@@ -171,6 +171,9 @@ fn registry_image() -> String {
 /// where they are.
 pub(crate) fn engines_setup() -> Result<()> {
     second_engine()?;
+    // The swarm tests put a node's engine behind mutual TLS with it, using
+    // this engine's certificates.
+    apt_install("stunnel", "stunnel4")?;
     registry()?;
     let env = format!(
         "BERTH_ENGINE2_TLS=tcp://{TLS_ADDR}\n\

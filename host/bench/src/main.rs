@@ -23,11 +23,7 @@ use s3::*;
 /// A client builder for sandboxes under `home` that knows the Docker and
 /// swarm kinds too.
 pub(crate) fn client_builder(home: impl Into<PathBuf>) -> berth::sandbox::SandboxClientBuilder {
-    let mut builder = SandboxClient::builder(home);
-    for provider in berth_docker::providers() {
-        builder = builder.backend_provider_shared(provider);
-    }
-    builder
+    SandboxClient::builder(home).backend_providers(berth_docker::providers())
 }
 
 use anyhow::bail;

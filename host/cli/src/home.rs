@@ -33,13 +33,10 @@ pub(crate) fn named(home: &Path) -> NamedSandboxes {
 /// this `berth` knows (the library's, `berth-docker`'s and an embedder's), their slow steps
 /// drawn on stderr.
 pub(crate) fn client(home: &Path) -> SandboxClient {
-    let mut builder = SandboxClient::builder(home).backend_progress(progress_on_stderr());
-    for provider in berth_docker::providers() {
-        builder = builder.backend_provider_shared(provider);
-    }
-    for provider in crate::extra_providers() {
-        builder = builder.backend_provider_shared(provider.clone());
-    }
+    let mut builder = SandboxClient::builder(home)
+        .backend_progress(progress_on_stderr())
+        .backend_providers(berth_docker::providers())
+        .backend_providers(crate::extra_providers().iter().cloned());
     for provider in crate::extra_snapshot_providers() {
         builder = builder.snapshot_provider_shared(provider.clone());
     }

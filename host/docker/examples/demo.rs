@@ -92,11 +92,10 @@ async fn main() -> anyhow::Result<ExitCode> {
     }))?;
     // The Docker kind is `berth-docker`'s: registered, the client resumes
     // Docker sandboxes from their state.
-    let mut builder = SandboxClient::builder(base.join("home")).plugin_host(host);
-    for provider in berth_docker::providers() {
-        builder = builder.backend_provider_shared(provider);
-    }
-    let client = builder.build();
+    let client = SandboxClient::builder(base.join("home"))
+        .plugin_host(host)
+        .backend_providers(berth_docker::providers())
+        .build();
     let options = || SandboxOptions {
         compression: true,
         ..SandboxOptions::default()

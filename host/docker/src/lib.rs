@@ -780,11 +780,9 @@ impl Backend for DockerBackend {
 /// settings from front ends:
 ///
 /// ```no_run
-/// let mut builder = berth::SandboxClient::builder("/var/lib/my-agent/berth");
-/// for provider in berth_docker::providers() {
-///     builder = builder.backend_provider_shared(provider);
-/// }
-/// let client = builder.build();
+/// let client = berth::SandboxClient::builder("/var/lib/my-agent/berth")
+///     .backend_providers(berth_docker::providers())
+///     .build();
 /// # let _ = client;
 /// ```
 ///

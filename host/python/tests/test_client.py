@@ -232,9 +232,10 @@ class TcpAndLimitsTest(unittest.TestCase):
 
 
 class ErrorMappingTest(unittest.TestCase):
-    """Which exception a status and an error code raise (pure logic: a
-    stale instance needs a scheduler that lost a node, which the swarm
-    tests produce in Rust)."""
+    """Which exception a status and an error code raise (pure logic; each
+    is also raised by a real server: tests/server_clients.rs for
+    Unauthorized and TooLarge, tests/swarm.rs for Stale and
+    PlacementFailed)."""
 
     def test_statuses_and_codes_map_to_their_classes(self):
         cases = [

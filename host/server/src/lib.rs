@@ -204,6 +204,11 @@ impl Api {
             Ok((route, params)) => match routes::parse_query(parts.uri.query()) {
                 Err(e) => e.into_reply(),
                 Ok(query) => {
+                    let sandbox = route
+                        .path
+                        .starts_with("/v1/sandboxes/{name}")
+                        .then(|| params.first().cloned())
+                        .flatten();
                     let call = routes::Call {
                         params,
                         query,
@@ -212,7 +217,15 @@ impl Api {
                     };
                     match (route.handler)(self.inner.clone(), call).await {
                         Ok(reply) => reply,
-                        Err(e) => e.into_reply(),
+                        Err(e) => {
+                            // A stale instance (its scheduler replaced it)
+                            // is never used again: the next request opens
+                            // the sandbox afresh, where it now runs.
+                            if let (Some(name), "stale") = (sandbox, e.code) {
+                                self.inner.open.forget(&name);
+                            }
+                            e.into_reply()
+                        }
                     }
                 }
             },

@@ -110,10 +110,22 @@ impl SandboxClientBuilder {
 
     /// Resumes (and lists, and forks) sandboxes of `provider`'s kind with
     /// it, replacing the provider the client had for that kind. By
-    /// default, the client knows the local backend and, with the `docker`
-    /// feature, Docker ([`berth_docker::DockerProvider`]).
+    /// default, the client knows the local backend only; other kinds live
+    /// in their own crates (`berth_docker::providers()` for Docker and the
+    /// swarm).
     pub fn backend_provider(self, provider: impl BackendProvider + 'static) -> Self {
         self.backend_provider_shared(Arc::new(provider))
+    }
+
+    /// [`backend_provider_shared`](Self::backend_provider_shared) for each
+    /// of `providers` (a crate's kinds: `berth_docker::providers()`).
+    pub fn backend_providers(
+        self,
+        providers: impl IntoIterator<Item = Arc<dyn BackendProvider>>,
+    ) -> Self {
+        providers
+            .into_iter()
+            .fold(self, Self::backend_provider_shared)
     }
 
     /// The same, for a provider already shared (a front end registering
