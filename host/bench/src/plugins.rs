@@ -130,6 +130,10 @@ pub(super) async fn berth_roundtrip(
     rb.start().await?;
     let restore = t.elapsed().as_secs_f64();
     rb.shutdown().await?;
+    // Each round trip stores a whole workspace: kept, a full run's
+    // 3 runs × 6 stores held about 20 GiB until the end.
+    rb.delete_snapshot().await?;
+    drop_dir(&restore_root);
     Ok((persist, restore))
 }
 
