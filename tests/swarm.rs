@@ -91,6 +91,15 @@ impl Setup {
 
     /// `berth create NAME --backend swarm …`, started.
     fn create(&self, name: &str, extra: &[&str]) {
+        let out = self.try_create(name, extra);
+        assert!(
+            out.status.success(),
+            "berth create {name} {extra:?}: {out:?}"
+        );
+    }
+
+    /// `berth create NAME --backend swarm …`, whatever it says.
+    fn try_create(&self, name: &str, extra: &[&str]) -> Output {
         let snapshot = format!("remote:{}", self.manifest.display());
         let mut args = vec![
             "create",
@@ -107,7 +116,7 @@ impl Setup {
         let image = test_image();
         args[7] = &image;
         args.extend_from_slice(extra);
-        berth_ok(self.home(), &args);
+        berth_in(self.home(), &args)
     }
 
     fn swarm_state(&self, name: &str) -> SwarmState {

@@ -117,27 +117,18 @@ fn a_node_engine_behind_mutual_tls_is_reached_with_the_sandboxs_certificates() {
     let front = TlsFront::start(&s.swarm, &node, &server_certs);
     let before = s.swarm.berth_services();
 
-    let (snapshot, image) = (format!("remote:{}", s.manifest.display()), test_image());
-    let create = [
-        "create",
-        "wrong",
-        "--backend",
-        "swarm",
-        "--engine",
-        &s.swarm.manager,
-        "--image",
-        &image,
-        "--snapshot",
-        &snapshot,
-        "--constraint",
-        &pin,
-        "--placement-timeout",
-        "5s",
-        "--tls-cert-path",
-        &e.wrong_ca,
-    ];
     let err = failed(
-        &berth_in(s.home(), &create),
+        &s.try_create(
+            "wrong",
+            &[
+                "--constraint",
+                &pin,
+                "--placement-timeout",
+                "5s",
+                "--tls-cert-path",
+                &e.wrong_ca,
+            ],
+        ),
         "a create with another CA's files",
     );
     assert!(err.contains(&front.endpoint), "{err}");

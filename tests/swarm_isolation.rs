@@ -28,22 +28,10 @@ fn a_node_without_no_new_privileges_is_refused_by_name_and_runs_nothing() {
     };
     let before = s.swarm.berth_services();
     s.swarm.weaken_runtime(&node);
-    let (snapshot, image) = (format!("remote:{}", s.manifest.display()), test_image());
-    let create = [
-        "create",
-        "weak",
-        "--backend",
-        "swarm",
-        "--engine",
-        &s.swarm.manager,
-        "--image",
-        &image,
-        "--snapshot",
-        &snapshot,
-        "--constraint",
-        &pin,
-    ];
-    refused(&failed(&berth_in(s.home(), &create), "a create there"));
+    refused(&failed(
+        &s.try_create("weak", &["--constraint", &pin]),
+        "a create there",
+    ));
     assert!(!berth_ok(s.home(), &["ls"]).contains("weak"));
     assert_eq!(
         s.swarm.berth_services(),
