@@ -20,6 +20,8 @@ mod dedup;
 mod docker;
 #[path = "engines.rs"]
 mod engines;
+#[path = "escape.rs"]
+mod escape;
 #[path = "examples.rs"]
 mod examples;
 #[path = "hostile_archives.rs"]

@@ -180,8 +180,13 @@ async fn a_server_killed_mid_exec_mid_write_or_mid_stop_loses_nothing() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("server"), "{stderr}");
 
-    // The next command starts another server.
-    assert_eq!(berth_ok(h, &["exec", "box", "--", "echo ok"]), "ok\n");
+    // The next command starts another server (and does not fall back to
+    // running in its own process).
+    let next = berth_in(h, &["exec", "box", "--", "echo ok"]);
+    let next_err = String::from_utf8_lossy(&next.stderr);
+    assert!(next.status.success(), "{next_err}");
+    assert!(!next_err.contains("in this process"), "{next_err}");
+    assert_eq!(String::from_utf8_lossy(&next.stdout), "ok\n");
     let pid2 = server_pid(h).await;
     assert_ne!(pid, pid2);
 

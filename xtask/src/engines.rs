@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::docker::TEST_IMAGE;
-use crate::process::{have, run, start_daemon};
+use crate::process::{apt_install, run, start_daemon};
 
 /// Everything of the second engine lives here.
 const DIR: &str = "/tmp/berth-engine2";
@@ -28,16 +28,6 @@ const REGISTRY_ADDR: &str = "127.0.0.1:5055";
 pub(crate) const ENV_FILE: &str = "/tmp/berth-engine2/engine.env";
 
 /// Installs Debian's `package` unless `tool` is on PATH.
-fn apt_install(tool: &str, package: &str) -> Result<()> {
-    if have(tool) {
-        return Ok(());
-    }
-    run(Command::new("apt-get").arg("update").arg("-qq"))?;
-    run(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["install", "-y", "-qq", package]))
-}
-
 fn answers(addr: &str) -> bool {
     addr.parse()
         .ok()

@@ -44,6 +44,7 @@ fn main() -> Result<()> {
             // Only what the demo uses: the wasm target, the fs-store guest
             // and the host. The Docker half runs when an engine answers.
             wasm_target()?;
+            confinement_setup()?;
             build_rust_guests_named(&root, &["fs-store"])?;
             demo(&root)
         }
@@ -97,6 +98,25 @@ fn project_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Installs bubblewrap, which the local backend confines commands with
+/// (by default), when it is missing and this is root; otherwise says how.
+fn confinement_setup() -> Result<()> {
+    if process::have("bwrap") {
+        return Ok(());
+    }
+    let root = output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0");
+    if root {
+        return process::apt_install("bwrap", "bubblewrap");
+    }
+    let advice = "bubblewrap (bwrap) is missing: local sandboxes are confined with it by default; \
+                  install it (`sudo apt-get install bubblewrap`)";
+    if docker_required() {
+        bail!("{advice}");
+    }
+    eprintln!("xtask: warning: {advice}");
+    Ok(())
+}
+
 /// Installs the `wasm32-wasip2` target when it is missing.
 fn wasm_target() -> Result<()> {
     let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
@@ -110,6 +130,7 @@ fn wasm_target() -> Result<()> {
 
 fn setup(root: &Path) -> Result<()> {
     wasm_target()?;
+    confinement_setup()?;
     match python::agents_setup(root) {
         Ok(()) => {}
         Err(e) if docker_required() => {

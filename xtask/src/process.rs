@@ -80,3 +80,14 @@ pub(crate) fn start_daemon(
     }
     Ok(())
 }
+
+/// Installs Debian's `package` with apt unless `tool` is on the PATH.
+pub(crate) fn apt_install(tool: &str, package: &str) -> Result<()> {
+    if have(tool) {
+        return Ok(());
+    }
+    run(Command::new("apt-get").arg("update").arg("-qq"))?;
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", "-qq", package]))
+}

@@ -339,21 +339,86 @@ fn start(dir: &Path, id: &str, ring: u64, cwd: &str, command: &str) -> Result<i3
     Ok(0)
 }
 
+/// `sh -c COMMAND`, confined as `DIR/confine/` says when the backend
+/// wrote it there (the local backend's confined sandboxes): the program
+/// and arguments in `argv` (NUL-separated) before `-- sh -c COMMAND`, and
+/// each `fd.N` file open on descriptor N.
+fn confined_shell(dir: &Path, command: &str) -> io::Result<Command> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let confine = dir.join("confine");
+    let argv = match std::fs::read(confine.join("argv")) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let mut shell = Command::new("sh");
+            shell.arg("-c").arg(command);
+            return Ok(shell);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut words = argv
+        .split(|b| *b == 0)
+        .filter(|w| !w.is_empty())
+        .map(std::ffi::OsStr::from_bytes);
+    let program = words
+        .next()
+        .ok_or_else(|| io::Error::other("confine/argv is empty"))?;
+    let mut shell = Command::new(program);
+    shell.args(words).args(["--", "sh", "-c", command]);
+    let mut placed: Vec<(OwnedFd, i32)> = Vec::new();
+    for entry in std::fs::read_dir(&confine)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(fd) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("fd."))
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let file = OwnedFd::from(std::fs::File::open(entry.path())?);
+        // Above every target, so one move never overwrites a file still
+        // to be moved. SAFETY: F_DUPFD_CLOEXEC on a descriptor we own.
+        let high = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 256) };
+        if high < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: high was just made and belongs to nobody else.
+        placed.push((unsafe { std::os::fd::FromRawFd::from_raw_fd(high) }, fd));
+    }
+    let moves: Vec<(i32, i32)> = placed.iter().map(|(f, n)| (f.as_raw_fd(), *n)).collect();
+    // The files stay open in this supervisor until it exits; the child
+    // gets its copies.
+    std::mem::forget(placed);
+    // SAFETY: only dup2, which is async-signal-safe.
+    unsafe {
+        shell.pre_exec(move || {
+            for &(from, to) in &moves {
+                if libc::dup2(from, to) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(shell)
+}
+
 fn supervise(here: &Path, ring: u64, cwd: &str, command: &str) {
     let me = std::process::id() as i32;
     let _ = write_whole(
         &here.join("supervisor"),
         &format!("{me} {}", start_time(me).unwrap_or(0)),
     );
-    let spawned = Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn();
+    let spawned = confined_shell(here.parent().unwrap_or(here), command).and_then(|mut shell| {
+        shell
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+    });
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {

@@ -54,15 +54,19 @@ impl BackendProvider for DockerProvider {
 
     fn summary(&self, state: &BackendState) -> BackendSummary {
         match state.decode::<DockerState>() {
-            Ok(s) => BackendSummary::new(
-                Some(
-                    s.container_id
-                        .as_deref()
-                        .map(|id| id[..id.len().min(12)].to_string())
-                        .unwrap_or(s.container_name),
-                ),
-                s.engine,
-            ),
+            Ok(s) => {
+                let mut summary = BackendSummary::new(
+                    Some(
+                        s.container_id
+                            .as_deref()
+                            .map(|id| id[..id.len().min(12)].to_string())
+                            .unwrap_or(s.container_name),
+                    ),
+                    s.engine,
+                );
+                summary.isolation = Some("container".into());
+                summary
+            }
             Err(_) => BackendSummary::default(),
         }
     }

@@ -92,6 +92,9 @@ impl From<berth::SandboxError> for ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "placement")
             }
             E::Backend(berth::BackendError::Stale { .. }) => (StatusCode::CONFLICT, "stale"),
+            E::Backend(berth::BackendError::Unconfined { .. }) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unconfined")
+            }
             E::Backend(berth::BackendError::Settings(_) | berth::BackendError::Config { .. }) => {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }

@@ -76,6 +76,22 @@ pub struct ExecRequest {
     /// Runs the command on a terminal of this size: its output comes as
     /// stdout (the terminal merges the streams), stdin is the keyboard.
     pub pty: Option<PtySize>,
+    /// Set when the command is Berth's own helper rather than the
+    /// caller's: a backend that confines commands may treat it apart (the
+    /// local backend runs the background-process helper outside the
+    /// confinement, as the supervisor it starts outlives the call and
+    /// confines the process it runs itself). `None` for every caller's
+    /// command.
+    pub helper: Option<HelperCall>,
+}
+
+/// Which of Berth's helpers an [`ExecRequest`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HelperCall {
+    /// `berth-agent fs`: the files API, inside the workspace.
+    Files,
+    /// `berth-agent proc`: background processes, in the run directory.
+    Processes,
 }
 
 impl ExecRequest {
@@ -91,6 +107,7 @@ impl ExecRequest {
             session: None,
             stdin: false,
             pty: None,
+            helper: None,
         }
     }
 

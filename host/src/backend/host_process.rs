@@ -85,19 +85,45 @@ fn kill_group(pgid: i32, signal: i32) {
     }
 }
 
-/// Starts `sh -c` in `dir` in a process group of its own (a session of its
-/// own on a terminal) and drives it on a task of the current runtime.
+/// Moves descriptors into place in a child before exec; only
+/// async-signal-safe calls.
+pub(crate) type PlaceFds = unsafe fn(&[i32]) -> std::io::Result<()>;
+
+/// How to start a command on this host.
+pub(crate) struct Launch {
+    /// The program (`sh`, or `bwrap` confining `sh`).
+    pub program: std::ffi::OsString,
+    /// Its arguments.
+    pub args: Vec<std::ffi::OsString>,
+    /// When set, the program gets only these variables (then the
+    /// request's), not this process's environment.
+    pub clean_env: Option<Vec<(&'static str, &'static str)>>,
+    /// Descriptors the child gets, each moved by `place` before exec.
+    pub fds: Vec<OwnedFd>,
+    /// Moves `fds` into place in the child (async-signal-safe).
+    pub place: Option<PlaceFds>,
+}
+
+/// Starts `launch` in `dir` in a process group of its own (a session of
+/// its own on a terminal) and drives it on a task of the current runtime.
 pub(crate) fn spawn(
     dir: &Path,
-    program: &str,
-    args: &[&str],
+    launch: Launch,
     request: &ExecRequest,
 ) -> Result<ExecProcess, BackendError> {
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .current_dir(dir)
-        .envs(&request.env)
-        .kill_on_drop(true);
+    let mut cmd = tokio::process::Command::new(&launch.program);
+    cmd.args(&launch.args).current_dir(dir).kill_on_drop(true);
+    if let Some(base) = &launch.clean_env {
+        cmd.env_clear().envs(base.iter().copied());
+    }
+    cmd.envs(&request.env);
+    if let Some(place) = launch.place {
+        let fds: Vec<i32> = launch.fds.iter().map(AsRawFd::as_raw_fd).collect();
+        // SAFETY: `place` is async-signal-safe by its contract.
+        unsafe {
+            cmd.pre_exec(move || place(&fds));
+        }
+    }
     let mut master = None;
     match request.pty {
         Some(size) => {
@@ -110,6 +136,9 @@ pub(crate) fn spawn(
                     "TERM",
                     std::env::var("TERM").unwrap_or_else(|_| "xterm".into()),
                 );
+            if let Some(term) = request.env.get("TERM") {
+                cmd.env("TERM", term);
+            }
             // SAFETY: setsid and ioctl are async-signal-safe; the new
             // session takes the terminal (fd 0) as its controlling one.
             unsafe {
@@ -133,9 +162,11 @@ pub(crate) fn spawn(
                 .stderr(Stdio::piped());
         }
     }
-    let mut child = cmd.spawn().map_err(|e| failed("starting sh", e))?;
-    // The terminal's command side closes here, or its output never ends.
+    let mut child = cmd.spawn().map_err(|e| failed("starting the command", e))?;
+    // The terminal's command side closes here, or its output never ends;
+    // the child has its copies of the descriptors.
     drop(cmd);
+    drop(launch.fds);
     let pgid = child.id().unwrap_or(0) as i32;
     let (process, driver) = ExecProcess::channel();
     type Reader = Box<dyn AsyncRead + Send + Unpin>;

@@ -17,7 +17,7 @@ use tokio::io::AsyncRead;
 
 pub use exec::{
     signal_number, CommandEnded, ExecDriver, ExecEvent, ExecExit, ExecInput, ExecInputSender,
-    ExecProcess, ExecRequest, ExecResult, OutputStream, PtySize, UnknownSignal,
+    ExecProcess, ExecRequest, ExecResult, HelperCall, OutputStream, PtySize, UnknownSignal,
 };
 pub use progress::{BackendProgress, ProgressFn, ProgressSink};
 pub(crate) use provider::Registry;
@@ -216,6 +216,18 @@ pub enum BackendError {
         what: &'static str,
         /// Why not, and what to do.
         why: String,
+    },
+    /// The backend cannot contain commands on this host as the sandbox's
+    /// isolation asks (its confinement cannot be set up, or a runtime is
+    /// missing), so it runs nothing rather than run it uncontained.
+    #[error("{backend} cannot confine commands on this host: {cause}; {remedy}")]
+    Unconfined {
+        /// Which backend.
+        backend: &'static str,
+        /// What is missing or refused.
+        cause: String,
+        /// The ways out.
+        remedy: String,
     },
     /// An operation failed; the cause is the source.
     #[error("{backend}: {operation} failed")]

@@ -75,6 +75,9 @@ pub struct BackendSummary {
     /// The host directory that holds the workspace, for backends that
     /// keep it in one (the local backend).
     pub workspace_dir: Option<std::path::PathBuf>,
+    /// How its commands are contained (`confined`, `none`, a container
+    /// runtime), for backends that say.
+    pub isolation: Option<String>,
 }
 
 impl BackendSummary {
@@ -85,6 +88,7 @@ impl BackendSummary {
             location,
             node: None,
             workspace_dir: None,
+            isolation: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{ExecProcess, ExecRequest, ExecResult, SandboxHelper};
+use crate::backend::{ExecProcess, ExecRequest, ExecResult, HelperCall, SandboxHelper};
 
 use super::{Sandbox, SandboxError};
 
@@ -49,6 +49,11 @@ impl Sandbox {
         words.extend(args.iter().map(|a| quote(a)));
         let mut request = ExecRequest::new(words.join(" "), timeout);
         request.env = self.state.manifest.environment.clone();
+        request.helper = Some(if group == "fs" {
+            HelperCall::Files
+        } else {
+            HelperCall::Processes
+        });
         if stdin {
             request = request.with_stdin();
         }

@@ -22,6 +22,7 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
     let mut table = table::Table::new(&[
         "NAME",
         "BACKEND",
+        "ISOLATION",
         "SNAPSHOT",
         "READY",
         "SNAPSHOT ID",
@@ -50,6 +51,9 @@ pub async fn ls(json: bool) -> anyhow::Result<ExitCode> {
         table.row(vec![
             r.name.clone(),
             r.state.backend.kind.clone(),
+            summary(&r.state.backend)
+                .isolation
+                .unwrap_or_else(|| "-".into()),
             r.state.snapshot.kind.clone(),
             if r.state.workspace_root_ready {
                 "yes"

@@ -45,6 +45,7 @@ impl BackendProvider for SwarmProvider {
             Ok(s) => {
                 let mut summary =
                     BackendSummary::new(Some(s.service_name), s.managers.first().cloned());
+                summary.isolation = Some("container".into());
                 summary.node = s.current.map(|t| {
                     let short = &t.node[..t.node.len().min(12)];
                     if t.hostname.is_empty() {

@@ -1,19 +1,33 @@
 //! The local backend: the embedded default, needing no Docker.
 //!
-//! **Not isolated.** The workspace is a host directory and commands run as
-//! the current user with `sh -c` in it. Use it for development, tests and
-//! trusted agents; use the Docker backend to contain untrusted ones.
+//! The workspace is a host directory and commands run with `sh -c` in it.
+//! By default they are **confined** ([`Isolation::Confined`]): each runs
+//! under bubblewrap in namespaces of its own, seeing the workspace, its
+//! binds and the system read-only and nothing else of the host (see
+//! [`confine`](self::Isolation) for exactly what). A host that cannot
+//! confine refuses to run commands ([`BackendError::Unconfined`]), never
+//! running them unconfined. [`Isolation::None`] runs them as the current
+//! user, with every right it has: for trusted work only, chosen
+//! explicitly and warned about.
 //! Each command runs in its own process group, so a timeout kills
 //! everything it started.
+
+mod confine;
+mod seccomp;
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::host_process::Launch;
 use super::Provisioned;
-use super::{ArchiveStream, Backend, BackendError, ExecProcess, ExecRequest, SandboxHelper};
+use super::{
+    ArchiveStream, Backend, BackendError, ExecProcess, ExecRequest, HelperCall, SandboxHelper,
+};
 use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
+
+pub use confine::{Isolation, LocalBind, UnknownIsolation};
 
 const BACKEND: &str = "local backend";
 
@@ -33,6 +47,14 @@ pub struct LocalState {
     /// `<root_dir>.berth-run` beside the workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_dir: Option<PathBuf>,
+    /// How its commands are contained. States written before 0.9 have
+    /// none and are confined.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// The manifest's bind mounts, which a confined sandbox mounts itself
+    /// (an unconfined one links them into the workspace instead).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binds: Vec<LocalBind>,
 }
 
 impl LocalState {
@@ -42,6 +64,8 @@ impl LocalState {
             root_dir: root_dir.into(),
             owned: true,
             run_dir: None,
+            isolation: Isolation::default(),
+            binds: Vec::new(),
         }
     }
 
@@ -62,6 +86,7 @@ fn yes() -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct LocalOptions {
     root_dir: Option<PathBuf>,
+    isolation: Isolation,
 }
 
 impl LocalOptions {
@@ -69,6 +94,14 @@ impl LocalOptions {
     /// shutdown). By default, `<home>/workspaces/<session id>`.
     pub fn root_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.root_dir = Some(dir.into());
+        self
+    }
+
+    /// How commands are contained. By default, [`Isolation::Confined`];
+    /// [`Isolation::None`] is for trusted work only and is logged as a
+    /// warning when the sandbox is created.
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
         self
     }
 }
@@ -86,10 +119,27 @@ impl super::BackendOptions for LocalOptions {
         let root_dir = self
             .root_dir
             .unwrap_or_else(|| context.home.join("workspaces").join(context.session_id));
+        match self.isolation {
+            Isolation::Confined => confine::check().await?,
+            Isolation::None => tracing::warn!(
+                workspace = %root_dir.display(),
+                "this sandbox's commands run unconfined (isolation none): they have every right of the user running Berth on this host"
+            ),
+        }
         Ok(Box::new(LocalBackend::new(LocalState {
             root_dir,
             owned: true,
             run_dir: Some(context.home.join("run").join(context.session_id)),
+            isolation: self.isolation,
+            binds: context
+                .bind_mounts
+                .iter()
+                .map(|b| LocalBind {
+                    relative: b.relative.clone(),
+                    host: b.host.clone(),
+                    read_only: b.read_only,
+                })
+                .collect(),
         })))
     }
 }
@@ -103,14 +153,24 @@ pub struct LocalSettings {
     /// from the current directory.
     #[serde(default)]
     pub root_dir: Option<PathBuf>,
+    /// `confined` (the default) or `none`.
+    #[serde(default)]
+    pub isolation: Option<String>,
 }
 
 /// What [`LocalSettings`] takes.
-pub const SETTINGS: &[super::SettingDoc] = &[super::SettingDoc::optional(
-    "root_dir",
-    "PATH",
-    "the host directory for the workspace (default: <home>/workspaces/<session id>)",
-)];
+pub const SETTINGS: &[super::SettingDoc] = &[
+    super::SettingDoc::optional(
+        "root_dir",
+        "PATH",
+        "the host directory for the workspace (default: <home>/workspaces/<session id>)",
+    ),
+    super::SettingDoc::optional(
+        "isolation",
+        "confined|none",
+        "confined (the default): commands in namespaces of their own, seeing only the workspace; none: as the user running Berth, for trusted work only",
+    ),
+];
 
 impl LocalSettings {
     /// The options these settings make.
@@ -122,6 +182,16 @@ impl LocalSettings {
                 message: format!("root_dir {}: {e}", dir.display()),
             })?;
             options = options.root_dir(dir);
+        }
+        if let Some(isolation) = self.isolation {
+            let isolation =
+                isolation
+                    .parse()
+                    .map_err(|e: UnknownIsolation| BackendError::Config {
+                        backend: BACKEND,
+                        message: e.to_string(),
+                    })?;
+            options = options.isolation(isolation);
         }
         Ok(options)
     }
@@ -146,12 +216,14 @@ impl super::BackendProvider for LocalProvider {
     }
 
     fn summary(&self, state: &super::BackendState) -> super::BackendSummary {
-        let dir = state.decode::<LocalState>().ok().map(|s| s.root_dir);
+        let local = state.decode::<LocalState>().ok();
+        let dir = local.as_ref().map(|s| s.root_dir.clone());
         let mut summary = super::BackendSummary::new(
             dir.as_ref().map(|d| d.display().to_string()),
             Some("this host".into()),
         );
         summary.workspace_dir = dir;
+        summary.isolation = local.map(|s| s.isolation.name().to_string());
         summary
     }
 
@@ -167,11 +239,16 @@ impl super::BackendProvider for LocalProvider {
         Ok(super::BackendSpec::new(settings.into_options()?))
     }
 
+    /// A new sandbox like this one: a workspace of its own, the same
+    /// isolation.
     fn options_like(
         &self,
-        _state: &super::BackendState,
+        state: &super::BackendState,
     ) -> Result<super::BackendSpec, BackendError> {
-        Ok(super::BackendSpec::local())
+        let local: LocalState = state.decode()?;
+        Ok(super::BackendSpec::new(
+            LocalOptions::default().isolation(local.isolation),
+        ))
     }
 }
 
@@ -184,6 +261,46 @@ impl LocalBackend {
     /// A backend over `state.root_dir`.
     pub fn new(state: LocalState) -> Self {
         LocalBackend { state }
+    }
+
+    /// Writes, in the run directory, how the background-process supervisor
+    /// confines what it starts (see `berth-agent proc supervise`):
+    /// `confine/argv`, bubblewrap and its arguments NUL-separated, and
+    /// `confine/fd.N`, what the supervisor hands it on descriptor N (the
+    /// seccomp programs the arguments name).
+    async fn write_confinement(&self) -> Result<(), BackendError> {
+        let helper = super::helper_binary::path();
+        let view = confine::View {
+            root: &self.state.root_dir,
+            binds: &self.state.binds,
+            helper: helper.as_deref(),
+        };
+        let mut argv: Vec<std::ffi::OsString> = vec![confine::BWRAP.into()];
+        argv.extend(confine::arguments(&view)?);
+        let dir = self.state.run_dir().join("confine");
+        let programs = confine::seccomp_programs_by_fd()?;
+        let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            use std::os::unix::ffi::OsStrExt;
+            std::fs::create_dir_all(&dir)?;
+            let mut joined = Vec::new();
+            for word in &argv {
+                joined.extend_from_slice(word.as_bytes());
+                joined.push(0);
+            }
+            let mut files = vec![("argv".to_string(), joined)];
+            for (fd, program) in programs {
+                files.push((format!("fd.{fd}"), program.clone()));
+            }
+            for (name, bytes) in files {
+                let part = dir.join(format!("{name}.part"));
+                std::fs::write(&part, bytes)?;
+                std::fs::rename(&part, dir.join(name))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| Self::op_error("writing the background processes' confinement", e))?;
+        written.map_err(|e| Self::op_error("writing the background processes' confinement", e))
     }
 
     fn op_error(
@@ -201,6 +318,9 @@ impl LocalBackend {
 #[async_trait::async_trait]
 impl Backend for LocalBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
+        if self.state.isolation == Isolation::Confined {
+            confine::check().await?;
+        }
         // Nothing runs between commands; the parent of the root must exist.
         if let Some(parent) = self.state.root_dir.parent() {
             tokio::fs::create_dir_all(parent)
@@ -253,12 +373,44 @@ impl Backend for LocalBackend {
                 ),
             });
         }
-        super::host_process::spawn(
-            &self.state.root_dir,
-            "sh",
-            &["-c", &request.command],
-            &request,
-        )
+        let shell = ["sh".into(), "-c".into(), request.command.clone().into()];
+        let confined = self.state.isolation == Isolation::Confined
+            && request.helper != Some(HelperCall::Processes);
+        let launch = if confined {
+            let helper = super::helper_binary::path();
+            let view = confine::View {
+                root: &self.state.root_dir,
+                binds: &self.state.binds,
+                helper: helper.as_deref(),
+            };
+            let mut args = confine::arguments(&view)?;
+            args.push("--".into());
+            args.extend(shell);
+            Launch {
+                program: confine::BWRAP.into(),
+                args,
+                clean_env: Some(confine::base_environment().to_vec()),
+                fds: confine::seccomp_files()?,
+                place: Some(confine::place_fds),
+            }
+        } else {
+            if self.state.isolation == Isolation::Confined {
+                // The supervisor a background process gets confines it.
+                self.write_confinement().await?;
+            }
+            let [program, args @ ..] = shell;
+            Launch {
+                program,
+                args: args.to_vec(),
+                // Confined, not even the supervisor gets Berth's own
+                // variables, so the process it starts cannot either.
+                clean_env: (self.state.isolation == Isolation::Confined)
+                    .then(|| confine::base_environment().to_vec()),
+                fds: Vec::new(),
+                place: None,
+            }
+        };
+        super::host_process::spawn(&self.state.root_dir, launch, &request)
     }
 
     /// The host's `berth-agent` binary, found as the Docker backend finds
@@ -369,14 +521,21 @@ impl Backend for LocalBackend {
         }
     }
 
+    /// Confined: mounted by the kernel for each command. Unconfined: links.
     fn bind_mounts(&self) -> BindMounts {
-        BindMounts::AsSymlinks
+        match self.state.isolation {
+            Isolation::Confined => BindMounts::Skip,
+            Isolation::None => BindMounts::AsSymlinks,
+        }
     }
 
-    /// A bind mount here is a symlink to the host path, which every command
-    /// can write through: a read-only one is refused rather than silently
-    /// made writable.
+    /// Unconfined, a bind mount is a symlink to the host path, which every
+    /// command can write through: a read-only one is refused rather than
+    /// silently made writable. Confined, the kernel mounts it as declared.
     fn check_workspace(&self, spec: &crate::workspace::WorkspaceSpec) -> Result<(), BackendError> {
+        if self.state.isolation == Isolation::Confined {
+            return Ok(());
+        }
         let binds = spec.bind_mounts().map_err(|e| BackendError::Config {
             backend: BACKEND,
             message: e.to_string(),
