@@ -173,7 +173,14 @@ fn quick_benchmark_runs_and_reports_ratios() {
         serde_json::from_str(&std::fs::read_to_string(out_file.path()).unwrap()).unwrap();
     let rows = report["rows"].as_array().unwrap();
     let has = |group: &str| rows.iter().any(|r| r["group"] == group);
-    for group in ["persist", "restore", "memory", "plugin", "dedup"] {
+    for group in [
+        "persist",
+        "restore",
+        "memory",
+        "plugin",
+        "dedup",
+        "isolation",
+    ] {
         assert!(has(group), "no {group} rows:\n{stdout}");
     }
     if berth_tests::docker_required() {

@@ -170,7 +170,20 @@ const PROBES: &[Probe] = &[
         name: "signal-host-process",
         harmful: false,
         script: |h| format!("kill -TERM {} 2>/dev/null; true", h.marker.id()),
-        trace: Some(|h| h.marker.try_wait().ok().flatten().is_some()),
+        // The signal is delivered after the command returns: wait a
+        // little for the process to be gone.
+        trace: Some(|h| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                if h.marker.try_wait().ok().flatten().is_some() {
+                    return true;
+                }
+                if std::time::Instant::now() > deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }),
         needs: None,
     },
     Probe {
@@ -455,4 +468,78 @@ async fn a_workspace_link_to_a_host_file_leaks_nothing_through_files_or_a_restor
         "the link came back as {kept:?}"
     );
     sb.close().await.unwrap();
+}
+
+/// `berth ARGS` (in-process, no server) in a throw-away user namespace
+/// whose `user.max_user_namespaces` is 0: a host where user namespaces
+/// are forbidden, as a hardened kernel or an unprivileged container has
+/// them.
+fn berth_without_user_namespaces(home: &Path, args: &[&str]) -> std::process::Output {
+    let mut script = String::from("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\"");
+    for i in 1..=args.len() {
+        script.push_str(&format!(" \"${i}\""));
+    }
+    std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "--fork", "sh", "-c"])
+        .arg(&script)
+        .arg(berth_tests::berth_bin())
+        .args(args)
+        .env("BERTH_HOME", home)
+        .env("BERTH_NO_SERVER", "1")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// Where commands cannot be confined, a confined sandbox is neither made
+/// nor started: one error naming the cause and both ways out, nothing
+/// left behind, nothing run. `--isolation none` still works there, and
+/// says so.
+#[test]
+fn a_host_that_cannot_confine_refuses_clearly_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let ws = dir.path().join("ws");
+    let ws_arg = ws.to_str().unwrap();
+    let out = berth_without_user_namespaces(&home, &["create", "box", "--root-dir", ws_arg]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("cannot confine").count(), 1, "{stderr}");
+    for needed in ["bubblewrap", "max_user_namespaces", "--isolation none"] {
+        assert!(stderr.contains(needed), "{needed:?} missing from: {stderr}");
+    }
+    assert!(!ws.exists(), "a workspace was made");
+    let listed = berth_tests::berth_ok(&home, &["ls", "--json"]);
+    assert_eq!(listed.trim(), "[]", "a sandbox was recorded");
+
+    // A sandbox made where confinement works runs nothing where it does
+    // not.
+    berth_tests::berth_ok(&home, &["create", "box", "--root-dir", ws_arg]);
+    let refused = berth_without_user_namespaces(&home, &["exec", "box", "--", "touch ran"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot confine"));
+    assert!(!ws.join("ran").exists(), "the command ran unconfined");
+
+    // The explicit opt-out works there, and is printed.
+    let open = berth_without_user_namespaces(
+        &home,
+        &[
+            "create",
+            "open",
+            "--isolation",
+            "none",
+            "--snapshot",
+            "noop",
+        ],
+    );
+    let said = String::from_utf8_lossy(&open.stderr);
+    assert!(open.status.success(), "{said}");
+    assert!(said.contains("unconfined"), "no warning printed: {said}");
+    let ran = berth_without_user_namespaces(&home, &["exec", "open", "--", "echo ran"]);
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "ran\n");
+    let table = berth_tests::berth_ok(&home, &["ls"]);
+    assert!(
+        table.contains("confined") && table.contains("none"),
+        "{table}"
+    );
 }

@@ -106,13 +106,53 @@ fn fs_store_manifest(dir: &Path) -> PathBuf {
     path
 }
 
+/// Confined (the default), a read-only bind is mounted read-only by the
+/// kernel: the command cannot write through it, and reads it.
 #[test]
-fn local_backend_refuses_a_read_only_bind_rather_than_make_it_writable() {
+fn a_confined_local_sandbox_mounts_a_read_only_bind_read_only() {
+    let (dir, home, data) = bind_fixture();
+    let ws = manifest_with_bind(dir.path(), &data, true);
+    berth_ok(
+        &home,
+        &["create", "ro", "--workspace", ws.to_str().unwrap()],
+    );
+    let out = berth_in(
+        &home,
+        &[
+            "exec",
+            "ro",
+            "--",
+            "cat datasets/in.txt; echo x > datasets/new.txt",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "the write went through: {stdout}");
+    assert!(stderr.contains("Read-only file system"), "{stderr}");
+    assert!(!stdout.is_empty(), "the bind was not readable");
+    assert_eq!(files_under(&data), vec![data.join("in.txt")]);
+    berth_ok(&home, &["rm", "ro"]);
+    assert!(
+        data.join("in.txt").exists(),
+        "rm must not touch a bind mount"
+    );
+}
+
+/// Unconfined, a bind is a link to the host directory, writable by every
+/// command: a read-only one is refused rather than made writable.
+#[test]
+fn an_unconfined_local_sandbox_refuses_a_read_only_bind_rather_than_make_it_writable() {
     let (dir, home, data) = bind_fixture();
     let ws = manifest_with_bind(dir.path(), &data, true);
     let err = berth_err(
         &home,
-        &["create", "ro", "--workspace", ws.to_str().unwrap()],
+        &[
+            "create",
+            "ro",
+            "--isolation",
+            "none",
+            "--workspace",
+            ws.to_str().unwrap(),
+        ],
     );
     assert!(err.contains("read-only bind mount"), "{err}");
     assert!(err.contains("datasets"), "{err}");
@@ -131,6 +171,8 @@ fn local_backend_refuses_a_read_only_bind_rather_than_make_it_writable() {
         &[
             "create",
             "old",
+            "--isolation",
+            "none",
             "--workspace",
             ws_rw.to_str().unwrap(),
             "--no-start",
@@ -149,7 +191,14 @@ fn local_backend_refuses_a_read_only_bind_rather_than_make_it_writable() {
     // A writable bind is what it says: the host directory, writable.
     berth_ok(
         &home,
-        &["create", "rw", "--workspace", ws_rw.to_str().unwrap()],
+        &[
+            "create",
+            "rw",
+            "--isolation",
+            "none",
+            "--workspace",
+            ws_rw.to_str().unwrap(),
+        ],
     );
     berth_ok(&home, &["exec", "rw", "--", "echo x > datasets/new.txt"]);
     assert_eq!(

@@ -9,6 +9,7 @@ use std::time::Instant;
 mod commands;
 mod dedup;
 mod docker;
+mod isolation;
 mod plugins;
 mod s3;
 mod server;
@@ -45,8 +46,8 @@ pub struct BenchArgs {
     #[arg(long)]
     runs: Option<usize>,
     /// Run only these groups (repeatable): persist (persist, restore and
-    /// memory), dedup, plugins, docker, commands, server, swarm, s3. By
-    /// default, all.
+    /// memory), dedup, plugins, docker, commands, server, swarm, s3,
+    /// isolation. By default, all.
     #[arg(long)]
     only: Vec<String>,
     /// Where to write the JSON results.
@@ -416,6 +417,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match swarm::swarm_rows(&image, runs, args.quick).await {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: swarm rows skipped: {e:#}"),
+        }
+    }
+    if want("isolation") {
+        match isolation::isolation_rows(base.path(), &src, bytes, runs, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: isolation rows skipped: {e:#}"),
         }
     }
     if want("s3") {

@@ -545,9 +545,10 @@ impl Backend for LocalBackend {
             Some(bind) => Err(BackendError::Config {
                 backend: BACKEND,
                 message: format!(
-                    "workspace entry {:?} asks for a read-only bind mount of {}, which the local backend cannot enforce: \
-                     it links the host directory into the workspace, writable by every command; use the Docker backend, \
-                     which mounts it read-only, or set \"read_only\": false to accept writes into {}",
+                    "workspace entry {:?} asks for a read-only bind mount of {}, which an unconfined local sandbox cannot enforce: \
+                     it links the host directory into the workspace, writable by every command; confine the sandbox \
+                     (drop --isolation none) or use the Docker backend (both mount it read-only), \
+                     or set \"read_only\": false to accept writes into {}",
                     bind.relative.display(),
                     bind.host.display(),
                     bind.host.display()

@@ -1,0 +1,136 @@
+//! What confinement costs: a local sandbox's commands and its persist and
+//! restore, confined (bubblewrap, the default) against unconfined
+//! (`--isolation none`, what a user would otherwise run).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use berth::backend::local::{Isolation, LocalOptions};
+use berth::backend::ExecRequest;
+use berth::sandbox::{BackendSpec, Sandbox, SandboxClient, SandboxSpec, SnapshotSpec};
+use berth::workspace::WorkspaceSpec;
+
+use super::*;
+
+async fn local_sandbox(
+    client: &SandboxClient,
+    isolation: Isolation,
+    manifest: WorkspaceSpec,
+    snapshot: SnapshotSpec,
+) -> anyhow::Result<Sandbox> {
+    let mut sb = client
+        .create(
+            SandboxSpec::new(manifest)
+                .snapshot(snapshot)
+                .backend(BackendSpec::new(
+                    LocalOptions::default().isolation(isolation),
+                )),
+        )
+        .await?;
+    sb.start().await?;
+    Ok(sb)
+}
+
+/// Median seconds of `n` runs of `true`.
+async fn exec_true(sb: &Sandbox, n: usize) -> anyhow::Result<f64> {
+    let mut times = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = sb
+            .exec(ExecRequest::new("true", Duration::from_secs(60)))
+            .await?;
+        times.push(t.elapsed().as_secs_f64());
+        anyhow::ensure!(r.exit_code == 0, "true exited {}", r.exit_code);
+    }
+    Ok(median(times))
+}
+
+/// Seconds of a stop (persist) and of a start after a shutdown (restore)
+/// of a workspace holding `src`.
+async fn persist_restore(
+    client: &SandboxClient,
+    isolation: Isolation,
+    src: &Path,
+    scratch: &Path,
+) -> anyhow::Result<(f64, f64)> {
+    let manifest: WorkspaceSpec = serde_json::from_value(serde_json::json!({
+        "entries": {"data": {"type": "local_dir", "path": src}}
+    }))?;
+    let snapshots = scratch.join(format!("snapshots-{isolation}"));
+    let snapshot = SnapshotSpec::local(snapshots.clone());
+    let mut sb = local_sandbox(client, isolation, manifest, snapshot).await?;
+    // Changed since the start's copy, so the stop writes it all.
+    sh(&sb, "touch data").await?;
+    let t = Instant::now();
+    sb.stop().await?;
+    let persist = t.elapsed().as_secs_f64();
+    sb.shutdown().await?;
+    let t = Instant::now();
+    sb.start().await?;
+    let restore = t.elapsed().as_secs_f64();
+    sb.shutdown().await?;
+    let _ = std::fs::remove_dir_all(&snapshots);
+    Ok((persist, restore))
+}
+
+pub(super) async fn isolation_rows(
+    home: &Path,
+    src: &Path,
+    bytes: u64,
+    runs: usize,
+    quick: bool,
+) -> anyhow::Result<Vec<Row>> {
+    let client = client_builder(home.join("isolation-home")).build();
+    let mut rows = Vec::new();
+    let n = if quick { 10 } else { 50 };
+    let mut confined = local_sandbox(
+        &client,
+        Isolation::Confined,
+        WorkspaceSpec::default(),
+        SnapshotSpec::noop(),
+    )
+    .await?;
+    let mut open = local_sandbox(
+        &client,
+        Isolation::None,
+        WorkspaceSpec::default(),
+        SnapshotSpec::noop(),
+    )
+    .await?;
+    exec_true(&confined, 2).await?;
+    exec_true(&open, 2).await?;
+    let (c, o) = (exec_true(&confined, n).await?, exec_true(&open, n).await?);
+    rows.push(Row {
+        group: "isolation",
+        name: "local exec `true`, confined".into(),
+        value: format!("{:.1} ms (+{:.1} ms)", c * 1e3, (c - o) * 1e3),
+        baseline: format!("unconfined {:.1} ms", o * 1e3),
+        ratio: Some(c / o),
+    });
+    confined.shutdown().await?;
+    open.shutdown().await?;
+
+    let (mut cp, mut cr, mut op, mut or) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let (p, r) = persist_restore(&client, Isolation::Confined, src, home).await?;
+        cp.push(p);
+        cr.push(r);
+        let (p, r) = persist_restore(&client, Isolation::None, src, home).await?;
+        op.push(p);
+        or.push(r);
+    }
+    let mib = bytes >> 20;
+    for (what, c, o) in [
+        ("persist", median(cp), median(op)),
+        ("restore", median(cr), median(or)),
+    ] {
+        rows.push(Row {
+            group: "isolation",
+            name: format!("local {what} {mib} MiB, confined"),
+            value: format!("{:.2}s", c),
+            baseline: format!("unconfined {:.2}s", o),
+            ratio: Some(c / o),
+        });
+    }
+    Ok(rows)
+}
