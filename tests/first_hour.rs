@@ -711,3 +711,55 @@ fn rm_keeps_the_sandbox_when_its_store_fails_and_finishes_when_run_again() {
         Vec::<PathBuf>::new()
     );
 }
+
+/// The Docker socket is never bind-mounted into a sandbox, named directly
+/// or through a symlink: the create fails naming it, and leaves nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_refuses_to_bind_the_docker_socket() {
+    if berth_tests::docker_or_skip("docker_refuses_to_bind_the_docker_socket")
+        .await
+        .is_none()
+    {
+        return;
+    }
+    let socket = ["/run/docker.sock", "/var/run/docker.sock"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .expect("the engine answers on a local socket");
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let alias = dir.path().join("alias.sock");
+    std::os::unix::fs::symlink(socket, &alias).unwrap();
+    let image = berth_tests::test_image();
+    for (name, host) in [("direct", socket), ("aliased", alias.as_path())] {
+        let ws = dir.path().join(format!("{name}.json"));
+        write(
+            &ws,
+            &serde_json::json!({"entries": {
+                "engine.sock": {"type": "bind_mount", "host_path": host}
+            }})
+            .to_string(),
+        );
+        let err = berth_err(
+            &home,
+            &[
+                "create",
+                name,
+                "--backend",
+                "docker",
+                "--image",
+                &image,
+                "--workspace",
+                ws.to_str().unwrap(),
+            ],
+        );
+        assert!(
+            err.contains("refusing to bind-mount the Docker socket"),
+            "{err}"
+        );
+        assert_eq!(err.matches("refusing").count(), 1, "{err}");
+    }
+    let listed = berth_ok(&home, &["ls", "--json"]);
+    assert_eq!(listed.trim(), "[]", "a refused create left a sandbox");
+}
