@@ -134,11 +134,10 @@ pub(crate) fn spawn(
                 .stderr(Stdio::from(slave))
                 .env(
                     "TERM",
-                    std::env::var("TERM").unwrap_or_else(|_| "xterm".into()),
+                    request.env.get("TERM").cloned().unwrap_or_else(|| {
+                        std::env::var("TERM").unwrap_or_else(|_| "xterm".into())
+                    }),
                 );
-            if let Some(term) = request.env.get("TERM") {
-                cmd.env("TERM", term);
-            }
             // SAFETY: setsid and ioctl are async-signal-safe; the new
             // session takes the terminal (fd 0) as its controlling one.
             unsafe {

@@ -255,13 +255,15 @@ impl WorkspaceSpec {
 
 /// A bind-mount entry of a manifest, typed: the backend mounts `host` at
 /// `relative` under the workspace root, read-only when `read_only`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Backends that mount binds themselves keep these in their state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BindMount {
     /// Where, relative to the workspace root.
     pub relative: PathBuf,
     /// The host directory or file.
     pub host: PathBuf,
     /// Whether writes through the mount are refused.
+    #[serde(default)]
     pub read_only: bool,
 }
 

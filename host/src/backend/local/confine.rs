@@ -39,6 +39,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::super::BackendError;
+use crate::workspace::spec::BindMount;
 
 /// The program that confines commands.
 pub(super) const BWRAP: &str = "bwrap";
@@ -91,25 +92,12 @@ impl FromStr for Isolation {
     }
 }
 
-/// A bind mount of a confined sandbox: a host path at a path relative to
-/// the workspace root.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LocalBind {
-    /// Where, relative to the workspace root.
-    pub relative: PathBuf,
-    /// The host directory or file.
-    pub host: PathBuf,
-    /// Mounted read-only.
-    #[serde(default)]
-    pub read_only: bool,
-}
-
 /// What one confined command sees.
 pub(super) struct View<'a> {
     /// The workspace, read-write at its own path.
     pub root: &'a Path,
     /// The manifest's binds.
-    pub binds: &'a [LocalBind],
+    pub binds: &'a [BindMount],
     /// A host program the command may run (Berth's helper), read-only.
     pub helper: Option<&'a Path>,
 }

@@ -27,7 +27,7 @@ use super::{
 use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
 
-pub use confine::{Isolation, LocalBind, UnknownIsolation};
+pub use confine::{Isolation, UnknownIsolation};
 
 const BACKEND: &str = "local backend";
 
@@ -54,7 +54,7 @@ pub struct LocalState {
     /// The manifest's bind mounts, which a confined sandbox mounts itself
     /// (an unconfined one links them into the workspace instead).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub binds: Vec<LocalBind>,
+    pub binds: Vec<crate::workspace::spec::BindMount>,
 }
 
 impl LocalState {
@@ -131,15 +131,7 @@ impl super::BackendOptions for LocalOptions {
             owned: true,
             run_dir: Some(context.home.join("run").join(context.session_id)),
             isolation: self.isolation,
-            binds: context
-                .bind_mounts
-                .iter()
-                .map(|b| LocalBind {
-                    relative: b.relative.clone(),
-                    host: b.host.clone(),
-                    read_only: b.read_only,
-                })
-                .collect(),
+            binds: context.bind_mounts.to_vec(),
         })))
     }
 }
@@ -269,14 +261,8 @@ impl LocalBackend {
     /// `confine/fd.N`, what the supervisor hands it on descriptor N (the
     /// seccomp programs the arguments name).
     async fn write_confinement(&self) -> Result<(), BackendError> {
-        let helper = super::helper_binary::path();
-        let view = confine::View {
-            root: &self.state.root_dir,
-            binds: &self.state.binds,
-            helper: helper.as_deref(),
-        };
         let mut argv: Vec<std::ffi::OsString> = vec![confine::BWRAP.into()];
-        argv.extend(confine::arguments(&view)?);
+        argv.extend(self.confinement_arguments()?);
         let dir = self.state.run_dir().join("confine");
         let programs = confine::seccomp_programs_by_fd()?;
         let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
@@ -301,6 +287,17 @@ impl LocalBackend {
         .await
         .map_err(|e| Self::op_error("writing the background processes' confinement", e))?;
         written.map_err(|e| Self::op_error("writing the background processes' confinement", e))
+    }
+
+    /// bubblewrap's arguments for this sandbox's commands: its workspace,
+    /// its binds, and Berth's helper.
+    fn confinement_arguments(&self) -> Result<Vec<std::ffi::OsString>, BackendError> {
+        let helper = super::helper_binary::path();
+        confine::arguments(&confine::View {
+            root: &self.state.root_dir,
+            binds: &self.state.binds,
+            helper: helper.as_deref(),
+        })
     }
 
     fn op_error(
@@ -377,13 +374,7 @@ impl Backend for LocalBackend {
         let confined = self.state.isolation == Isolation::Confined
             && request.helper != Some(HelperCall::Processes);
         let launch = if confined {
-            let helper = super::helper_binary::path();
-            let view = confine::View {
-                root: &self.state.root_dir,
-                binds: &self.state.binds,
-                helper: helper.as_deref(),
-            };
-            let mut args = confine::arguments(&view)?;
+            let mut args = self.confinement_arguments()?;
             args.push("--".into());
             args.extend(shell);
             Launch {

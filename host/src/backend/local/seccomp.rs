@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule,
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule,
 };
 
 /// Calls refused with `EPERM`.
@@ -178,20 +178,13 @@ fn x32_guard() -> Vec<u8> {
     const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
     const RET_K: u16 = 0x06; // BPF_RET | BPF_K
     const X32_BIT: u32 = 0x4000_0000;
-    let insns: [(u16, u8, u8, u32); 4] = [
-        (LD_W_ABS, 0, 0, 0), // seccomp_data.nr
-        (JGE_K, 0, 1, X32_BIT),
-        (RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-        (RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-    ];
-    let mut out = Vec::with_capacity(insns.len() * 8);
-    for (code, jt, jf, k) in insns {
-        out.extend_from_slice(&code.to_ne_bytes());
-        out.push(jt);
-        out.push(jf);
-        out.extend_from_slice(&k.to_ne_bytes());
-    }
-    out
+    let insn = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    bytes(&vec![
+        insn(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        insn(JGE_K, 0, 1, X32_BIT),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ])
 }
 
 #[cfg(test)]
