@@ -30,6 +30,8 @@ struct Host {
     marker: std::process::Child,
     /// A Unix socket like Berth's server socket, in the client's home.
     berth_socket: PathBuf,
+    /// The host kernel's `/proc/version`.
+    kernel: String,
 }
 
 impl Host {
@@ -65,6 +67,10 @@ impl Host {
                 port,
                 marker,
                 berth_socket,
+                kernel: std::fs::read_to_string("/proc/version")
+                    .unwrap()
+                    .trim()
+                    .to_string(),
             },
             socket,
         )
@@ -105,6 +111,24 @@ fn when(condition: &str) -> String {
 }
 
 const PROBES: &[Probe] = &[
+    Probe {
+        // A kernel in user space (gVisor) answers with its own version:
+        // the host kernel's system call surface is out of reach.
+        name: "host-kernel",
+        harmful: false,
+        script: |h| {
+            when(&format!(
+                "[ \"$(cat /proc/version)\" = '{}' ]",
+                h.kernel.replace('\'', "")
+            ))
+        },
+        trace: None,
+        needs: Some(|| {
+            !std::fs::read_to_string("/proc/version")
+                .unwrap_or_default()
+                .contains('\'')
+        }),
+    },
     Probe {
         name: "read-host-file",
         harmful: false,
@@ -215,7 +239,7 @@ const PROBES: &[Probe] = &[
         harmful: false,
         script: |_| {
             when(
-                "! grep -q '^NoNewPrivs:[[:space:]]*1' /proc/self/status || \
+                "grep -q '^NoNewPrivs:[[:space:]]*0' /proc/self/status || \
                  ! grep -q '^CapEff:[[:space:]]*0000000000000000' /proc/self/status",
             )
         },
@@ -269,11 +293,55 @@ const PROBES: &[Probe] = &[
                 .is_ok_and(|m| !m.lines().any(|l| l.starts_with("dummy ")))
         }),
     },
+    Probe {
+        // 2000 processes at once, each a `sleep`: a fork bomb that stops
+        // by itself. A shell exits when a fork fails, so the bomb runs in
+        // a subshell that logs each child's pid; this shell then counts
+        // and kills them with builtins, which need no fork.
+        name: "fork-bomb",
+        harmful: false,
+        script: |_| {
+            "rm -f .bomb; ( i=0; while [ $i -lt 2000 ]; do sleep 97531 2>/dev/null & \
+             printf '%s ' $! >> .bomb; i=$((i+1)); done ) 2>/dev/null; \
+             read -r pids < .bomb; set -- $pids; n=$#; kill $pids 2>/dev/null; \
+             for p in $pids; do j=0; while kill -0 $p 2>/dev/null && [ $j -lt 100000 ]; do j=$((j+1)); done; done; \
+             rm -f .bomb; if [ $n -gt 1500 ]; then echo ESCAPED; fi"
+                .into()
+        },
+        trace: None,
+        needs: None,
+    },
+    Probe {
+        // 3 GiB at once, past the 2 GiB default bound: two 1.5 GiB
+        // buffers, the writer's held full while the reader's fills.
+        name: "memory-bomb",
+        harmful: false,
+        script: |_| {
+            when(
+                "dd if=/dev/zero bs=1500M count=1 2>/dev/null | \
+                 dd of=/dev/null bs=1500M count=1 iflag=fullblock 2>&1 | grep -q '^1+0 records in'",
+            )
+        },
+        trace: None,
+        needs: None,
+    },
 ];
 
+/// What a probe should come to on a tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Stopped; the sandbox goes on.
+    Contained,
+    /// Gets through.
+    Escapes,
+    /// Stopped by ending the whole sandbox (gVisor's kernel is one host
+    /// process the bound applies to); the next start brings it back.
+    EndsSandbox,
+}
+
 /// The expected result of every probe on every tier, from
-/// `docs/SECURITY.md`: tier name → probe → contained.
-fn table() -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, bool>> {
+/// `docs/SECURITY.md`: tier name → probe → outcome.
+fn table() -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, Outcome>> {
     let doc = std::fs::read_to_string(berth_tests::repo_root().join("docs/SECURITY.md")).unwrap();
     let start = doc
         .find("<!-- escape-table -->")
@@ -293,8 +361,9 @@ fn table() -> std::collections::BTreeMap<String, std::collections::BTreeMap<Stri
     for row in rows.filter(|r| !r[0].starts_with('-')) {
         for (tier, cell) in header.iter().zip(&row).skip(2) {
             let contained = match cell.as_str() {
-                "contained" => true,
-                "escapes" => false,
+                "contained" => Outcome::Contained,
+                "escapes" => Outcome::Escapes,
+                "ends the sandbox" => Outcome::EndsSandbox,
                 other => panic!("escape table: {other:?} for {} on {tier}", row[0]),
             };
             out.entry(tier.clone())
@@ -307,7 +376,7 @@ fn table() -> std::collections::BTreeMap<String, std::collections::BTreeMap<Stri
 
 /// Runs every probe in `sandbox` and checks each against the table's
 /// column `tier`.
-async fn probe_tier(tier: &str, sandbox: &Sandbox, host: &mut Host) {
+async fn probe_tier(tier: &str, sandbox: &mut Sandbox, host: &mut Host) {
     let table = table();
     let expected = table
         .get(tier)
@@ -324,15 +393,53 @@ async fn probe_tier(tier: &str, sandbox: &Sandbox, host: &mut Host) {
     );
     let mut wrong = Vec::new();
     for probe in PROBES {
-        let contained = expected[probe.name];
+        let outcome = expected[probe.name];
+        let contained = outcome != Outcome::Escapes;
         if (probe.harmful && !contained) || probe.needs.is_some_and(|holds| !holds()) {
             continue;
         }
         let script = (probe.script)(host);
         let r = sandbox
             .exec(ExecRequest::new(script.clone(), Duration::from_secs(60)))
-            .await
-            .unwrap_or_else(|e| panic!("{tier}: probe {}: {e}", probe.name));
+            .await;
+        if outcome == Outcome::EndsSandbox {
+            // Stopped either way, as long as it printed no escape and the
+            // sandbox comes back.
+            if r.as_ref()
+                .is_ok_and(|r| r.stdout_text().contains("ESCAPED"))
+            {
+                wrong.push(format!(
+                    "{}: expected the sandbox to end, it got through",
+                    probe.name
+                ));
+            }
+            // The engine may not have seen the sandbox end yet: a start
+            // finds it running and the command fails; the next start
+            // brings it back.
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let back = match sandbox.start().await {
+                    Ok(_) => sandbox
+                        .exec(ExecRequest::new("echo back", Duration::from_secs(60)))
+                        .await
+                        .map(|r| r.stdout_text().trim() == "back")
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match back {
+                    Ok(true) => break,
+                    other if std::time::Instant::now() > deadline => {
+                        panic!(
+                            "{tier}: after {}, the sandbox did not come back: {other:?}",
+                            probe.name
+                        )
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            }
+            continue;
+        }
+        let r = r.unwrap_or_else(|e| panic!("{tier}: probe {}: {e}", probe.name));
         let escaped =
             r.stdout_text().contains("ESCAPED") || probe.trace.is_some_and(|trace| trace(host));
         if escaped == contained {
@@ -379,7 +486,7 @@ async fn local_confined() {
     let (mut host, _socket) = Host::new(&home);
     let client = berth_tests::client(&home);
     let mut sb = started(&client, BackendSpec::local()).await;
-    probe_tier("local confined", &sb, &mut host).await;
+    probe_tier("local confined", &mut sb, &mut host).await;
     sb.close().await.unwrap();
 }
 
@@ -394,7 +501,7 @@ async fn local_unconfined() {
         BackendSpec::new(LocalOptions::default().isolation(Isolation::None)),
     )
     .await;
-    probe_tier("local none", &sb, &mut host).await;
+    probe_tier("local none", &mut sb, &mut host).await;
     sb.close().await.unwrap();
 }
 
@@ -413,7 +520,29 @@ async fn docker_runc() {
         BackendSpec::new(berth_docker::DockerOptions::new(berth_tests::test_image())),
     )
     .await;
-    probe_tier("docker", &sb, &mut host).await;
+    probe_tier("docker", &mut sb, &mut host).await;
+    sb.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_gvisor() {
+    let Some(_docker) = berth_tests::docker_or_skip("escape::docker_gvisor").await else {
+        return;
+    };
+    let _shared = berth_tests::DOCKERD.read().await;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let (mut host, _socket) = Host::new(&home);
+    let client = berth_tests::client(&home);
+    let mut sb = started(
+        &client,
+        BackendSpec::new(
+            berth_docker::DockerOptions::new(berth_tests::test_image())
+                .runtime(berth_docker::runtime::GVISOR),
+        ),
+    )
+    .await;
+    probe_tier("docker runsc", &mut sb, &mut host).await;
     sb.close().await.unwrap();
 }
 
@@ -542,4 +671,55 @@ fn a_host_that_cannot_confine_refuses_clearly_and_leaves_nothing() {
         table.contains("confined") && table.contains("none"),
         "{table}"
     );
+}
+
+/// A runtime the engine does not have is refused before anything is
+/// made: the error names the runtime, what the engine has and how to
+/// register it, and no container is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runtime_the_engine_lacks_is_refused_and_leaves_nothing() {
+    let Some(docker) = berth_tests::docker_or_skip("escape::a_runtime_the_engine_lacks").await
+    else {
+        return;
+    };
+    let _shared = berth_tests::DOCKERD.read().await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = berth_tests::client(dir.path());
+    let mut sb = client
+        .create(
+            SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::noop())
+                .backend(BackendSpec::new(
+                    berth_docker::DockerOptions::new(berth_tests::test_image())
+                        .runtime("no-such-runtime"),
+                )),
+        )
+        .await
+        .unwrap();
+    let session = sb.state().session_id;
+    let e = sb.start().await.unwrap_err();
+    let text = format!("{e}");
+    assert!(
+        matches!(
+            e,
+            berth::sandbox::SandboxError::Backend(berth::backend::BackendError::Unconfined { .. })
+        ),
+        "{e:?}"
+    );
+    for word in ["no-such-runtime", "runc", "daemon.json"] {
+        assert!(text.contains(word), "{word} not in {text}");
+    }
+    let left = docker
+        .list_containers(Some(
+            bollard::query_parameters::ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&std::collections::HashMap::from([(
+                    "label".to_string(),
+                    vec![format!("berth.session={session}")],
+                )]))
+                .build(),
+        ))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
 }

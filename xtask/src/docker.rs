@@ -108,3 +108,76 @@ pub(crate) fn import_test_image() -> Result<()> {
     eprintln!("xtask: imported {TEST_IMAGE}");
     Ok(())
 }
+
+/// The runtime name gVisor is registered under, and its arguments: the
+/// ptrace platform (works without nested virtualisation); no network
+/// stack of its own (a sandbox's network is `none` unless the user gives
+/// one, and this runsc refuses Docker's `none` network otherwise); and
+/// shared file access, so files the engine writes into the container (a
+/// restore, the agent) are seen inside at once rather than from gVisor's
+/// cache.
+const GVISOR_RUNTIME: &str = "runsc";
+const GVISOR_ARGS: &[&str] = &[
+    "--platform=ptrace",
+    "--network=none",
+    "--file-access=shared",
+];
+
+fn engine_runtimes() -> String {
+    output(Command::new("docker").args(["info", "--format", "{{json .Runtimes}}"]))
+        .unwrap_or_default()
+}
+
+/// Installs gVisor's `runsc` (Debian's package) when missing and registers
+/// it with the test engine in `/etc/docker/daemon.json`, reloading the
+/// engine (`SIGHUP`), so the tests can run sandboxes with `runtime=runsc`.
+pub(crate) fn gvisor_setup() -> Result<()> {
+    if GVISOR_ARGS
+        .iter()
+        .all(|arg| engine_runtimes().contains(arg))
+    {
+        eprintln!("xtask: the engine has the {GVISOR_RUNTIME} runtime");
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("the engine lacks the {GVISOR_RUNTIME} runtime and we are not root to register it");
+    }
+    crate::process::apt_install("runsc", "runsc")?;
+    let runsc = output(Command::new("sh").args(["-c", "command -v runsc"]))?;
+    let config = Path::new("/etc/docker/daemon.json");
+    let mut json: serde_json::Value = match std::fs::read_to_string(config) {
+        Ok(text) if !text.trim().is_empty() => serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not JSON: {e}", config.display()))?,
+        _ => serde_json::json!({}),
+    };
+    let Some(object) = json.as_object_mut() else {
+        bail!("{} is not a JSON object", config.display());
+    };
+    let runtimes = object
+        .entry("runtimes")
+        .or_insert_with(|| serde_json::json!({}));
+    runtimes[GVISOR_RUNTIME] = serde_json::json!({
+        "path": runsc.trim(),
+        "runtimeArgs": GVISOR_ARGS,
+    });
+    std::fs::create_dir_all("/etc/docker")?;
+    std::fs::write(config, serde_json::to_string_pretty(&json)? + "\n")?;
+    eprintln!(
+        "xtask: registered {GVISOR_RUNTIME} in {}; reloading dockerd",
+        config.display()
+    );
+    // The default engine's pid file (the second engine and the swarm
+    // nodes keep theirs elsewhere).
+    run(Command::new("sh").args(["-c", "kill -HUP $(cat /var/run/docker.pid)"]))?;
+    let started = std::time::Instant::now();
+    while !GVISOR_ARGS
+        .iter()
+        .all(|arg| engine_runtimes().contains(arg))
+    {
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            bail!("dockerd did not take the {GVISOR_RUNTIME} runtime within 30 s; see /tmp/berth-dockerd.log");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    Ok(())
+}

@@ -150,6 +150,7 @@ fn setup(root: &Path) -> Result<()> {
         Err(e) => eprintln!("xtask: warning: no Garage cluster ({e:#}); S3 tests will be skipped"),
     }
     match docker_setup()
+        .and_then(|()| docker::gvisor_setup())
         .and_then(|()| engines_setup())
         .and_then(|()| swarm_setup())
     {

@@ -7,8 +7,11 @@ use std::path::PathBuf;
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTypeEnum, PortBinding};
 
-use super::{run_args, DockerBackend, BACKEND, DEFAULT_PIDS_LIMIT, KEEP_ALIVE};
+use super::{
+    engine::api, run_args, runtime, DockerBackend, BACKEND, DEFAULT_PIDS_LIMIT, KEEP_ALIVE,
+};
 use berth::backend::BackendError;
+use bollard::query_parameters::CreateContainerOptionsBuilder;
 
 impl DockerBackend {
     pub(super) fn create_body(&self) -> Result<ContainerCreateBody, BackendError> {
@@ -92,6 +95,7 @@ impl DockerBackend {
             ulimits: (!extra.ulimits.is_empty()).then(|| extra.ulimits.clone()),
             shm_size: extra.shm_size,
             extra_hosts: (!extra.extra_hosts.is_empty()).then(|| extra.extra_hosts.clone()),
+            runtime: self.state.runtime.clone(),
             ..Default::default()
         };
         Ok(ContainerCreateBody {
@@ -99,11 +103,61 @@ impl DockerBackend {
             cmd: Some(vec!["sh".into(), "-c".into(), KEEP_ALIVE.into()]),
             env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(labels),
-            user: extra.user.clone(),
+            user: self.state.user.clone().or_else(|| extra.user.clone()),
             working_dir: extra.workdir.clone(),
             exposed_ports: (!exposed.is_empty()).then_some(exposed),
             host_config: Some(host_config),
             ..Default::default()
         })
+    }
+
+    /// Creates and starts the container (the image pulled as the state
+    /// says; the runtime checked first).
+    pub(super) async fn create(&mut self) -> Result<(), BackendError> {
+        if !self.state.container_owned {
+            return Err(BackendError::Operation {
+                backend: BACKEND,
+                operation: "resume",
+                source: format!(
+                    "container {} is not owned by Berth and no longer exists; Berth will not create it",
+                    self.state.container_name
+                )
+                .into(),
+            });
+        }
+        let mut body = self.create_body()?;
+        if let Some(runtime) = &self.state.runtime {
+            runtime::check_known(&self.docker, runtime).await?;
+        }
+        let image_user = self.ensure_image().await?;
+        // For a root user, the engine makes the workspace root itself as
+        // the working directory at start: no call of ours at all.
+        let user = body.user.clone().or(image_user).unwrap_or_default();
+        let root_user = matches!(user.split(':').next(), Some("" | "root" | "0"));
+        let engine_makes_root = root_user
+            && body.working_dir.is_none()
+            && !self.state.workspace_root.trim_matches('/').is_empty();
+        if engine_makes_root {
+            body.working_dir = Some(self.state.workspace_root.clone());
+        }
+        self.root_made_at_create
+            .store(engine_makes_root, std::sync::atomic::Ordering::Relaxed);
+        let options = CreateContainerOptionsBuilder::new()
+            .name(&self.state.container_name)
+            .build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| api("creating the container", e))?;
+        tracing::info!(container = %created.id, name = %self.state.container_name, "container created");
+        self.state.container_id = Some(created.id);
+        self.docker
+            .start_container(
+                &self.target(),
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| api("starting the container", e))
     }
 }

@@ -299,7 +299,7 @@ pub(crate) async fn connect(engine: &Engine) -> Result<Docker, BackendError> {
 /// An API failure: the daemon's own answer is an operation error; anything
 /// else (connection refused, socket gone, timeout) means the daemon is not
 /// reachable, which never counts as "container gone".
-pub(super) fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
+pub(crate) fn api(operation: &'static str, e: bollard::errors::Error) -> BackendError {
     service_error(BACKEND, operation, e, |other| BackendError::Unreachable {
         backend: BACKEND,
         message: format!(

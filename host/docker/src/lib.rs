@@ -25,6 +25,7 @@ mod options;
 mod provider;
 mod pull;
 pub mod run_args;
+pub mod runtime;
 mod settings;
 pub mod swarm;
 mod walk;
@@ -42,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use bollard::models::ContainerStateStatusEnum;
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
-    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, RemoveContainerOptionsBuilder,
+    UploadToContainerOptionsBuilder,
 };
 use bollard::Docker;
 use futures::StreamExt;
@@ -331,51 +332,6 @@ impl DockerBackend {
             .unwrap_or_else(|| self.state.container_name.clone())
     }
 
-    async fn create(&mut self) -> Result<(), BackendError> {
-        if !self.state.container_owned {
-            return Err(BackendError::Operation {
-                backend: BACKEND,
-                operation: "resume",
-                source: format!(
-                    "container {} is not owned by Berth and no longer exists; Berth will not create it",
-                    self.state.container_name
-                )
-                .into(),
-            });
-        }
-        let mut body = self.create_body()?;
-        let image_user = self.ensure_image().await?;
-        // For a root user, the engine makes the workspace root itself as
-        // the working directory at start: no call of ours at all.
-        let user = body.user.clone().or(image_user).unwrap_or_default();
-        let root_user = matches!(user.split(':').next(), Some("" | "root" | "0"));
-        let engine_makes_root = root_user
-            && body.working_dir.is_none()
-            && !self.state.workspace_root.trim_matches('/').is_empty();
-        if engine_makes_root {
-            body.working_dir = Some(self.state.workspace_root.clone());
-        }
-        self.root_made_at_create
-            .store(engine_makes_root, std::sync::atomic::Ordering::Relaxed);
-        let options = CreateContainerOptionsBuilder::new()
-            .name(&self.state.container_name)
-            .build();
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|e| api("creating the container", e))?;
-        tracing::info!(container = %created.id, name = %self.state.container_name, "container created");
-        self.state.container_id = Some(created.id);
-        self.docker
-            .start_container(
-                &self.target(),
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(|e| api("starting the container", e))
-    }
-
     /// The current container id.
     pub fn container_id(&self) -> Option<&str> {
         self.state.container_id.as_deref()
@@ -412,6 +368,10 @@ impl Backend for DockerBackend {
                     ),
                 });
             }
+        }
+        if let Some(wanted) = &self.state.runtime {
+            let actual = info.host_config.as_ref().and_then(|h| h.runtime.as_deref());
+            runtime::check_container(&self.state.container_name, wanted, actual)?;
         }
         self.state.container_id = info.id.clone();
         let status = info.state.and_then(|s| s.status);

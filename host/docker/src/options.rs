@@ -79,6 +79,14 @@ pub struct DockerState {
     /// exec per command when it cannot run).
     #[serde(default = "yes")]
     pub agent: bool,
+    /// The OCI runtime the engine runs the container under (`runsc` for
+    /// gVisor); `None`: the engine's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// The user commands run as (`UID[:GID]` or a name in the image);
+    /// `None`: the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// The engine a sandbox moves to (see
@@ -163,7 +171,7 @@ impl DockerOptions {
                 image: image.into(),
                 workspace_root: default_root(),
                 container_owned: true,
-                memory_size_bytes: None,
+                memory_size_bytes: Some(berth::backend::limits::DEFAULT_MEMORY_BYTES as i64),
                 cpu_count: None,
                 exposed_ports: Vec::new(),
                 network: none_network(),
@@ -175,13 +183,23 @@ impl DockerOptions {
                 engine_cert_path: None,
                 pull: PullPolicy::Missing,
                 agent: true,
+                runtime: None,
+                user: None,
             },
             pull_progress: None,
         }
     }
-    /// Memory limit in bytes (swap included). By default, none.
+    /// Memory limit in bytes (swap included). By default,
+    /// [`DEFAULT_MEMORY_BYTES`](berth::backend::limits::DEFAULT_MEMORY_BYTES)
+    /// (2 GiB): past it, the kernel kills a process of the sandbox.
     pub fn memory(mut self, bytes: i64) -> Self {
         self.state.memory_size_bytes = Some(bytes);
+        self
+    }
+    /// No memory limit: one command can take all of the engine host's
+    /// memory. Logged as a warning when the sandbox is created.
+    pub fn unlimited_memory(mut self) -> Self {
+        self.state.memory_size_bytes = None;
         self
     }
     /// CPU limit, in (fractional) CPUs. By default, none.
@@ -251,6 +269,25 @@ impl DockerOptions {
     /// each, and that is logged once.
     pub fn agent(mut self, on: bool) -> Self {
         self.state.agent = on;
+        self
+    }
+    /// The OCI runtime the engine runs the container under, as the
+    /// engine registers it: `runsc` for gVisor, a kernel in user space
+    /// between the sandbox and the host's. By default, the engine's own
+    /// (runc: a plain container). Fails closed: creating the sandbox fails
+    /// with [`BackendError::Unconfined`] when the engine does not know the
+    /// runtime, and so does every start of a container found under
+    /// another one.
+    pub fn runtime(mut self, runtime: impl Into<String>) -> Self {
+        self.state.runtime = Some(runtime.into());
+        self
+    }
+    /// The user the container and its commands run as: `UID[:GID]` or a
+    /// name the image's `/etc/passwd` knows. By default, the image's user
+    /// (often root: uid 0 in a kernel shared with the host, though without
+    /// capabilities). The workspace root is made owned by this user.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.state.user = Some(user.into());
         self
     }
     /// When to pull the image from its registry. By default,
@@ -349,6 +386,9 @@ impl BackendOptions for DockerOptions {
                     self.state.exposed_ports.join(", ")
                 ),
             });
+        }
+        if self.state.memory_size_bytes.is_none() {
+            berth::backend::limits::warn_unbounded(KIND, "memory");
         }
         let progress = self.pull_progress.clone();
         let state = self.into_state(

@@ -64,7 +64,7 @@ impl BackendProvider for DockerProvider {
                     ),
                     s.engine,
                 );
-                summary.isolation = Some("container".into());
+                summary.isolation = Some(super::runtime::isolation_name(s.runtime.as_deref()));
                 summary
             }
             Err(_) => BackendSummary::default(),

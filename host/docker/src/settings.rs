@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::{DockerOptions, PullPolicy};
+use berth::backend::limits::{self, Bound};
 use berth::backend::settings::{lenient, BackendSettings, SettingDoc, SettingsError};
 
 /// A new Docker sandbox's settings, as a front end gives them.
@@ -28,9 +29,9 @@ pub struct DockerSettings {
     /// Whether commands run through Berth's agent in the container.
     #[serde(default, deserialize_with = "lenient::flag")]
     pub agent: Option<bool>,
-    /// The memory limit, in bytes.
-    #[serde(default, deserialize_with = "lenient::size")]
-    pub memory: Option<u64>,
+    /// The memory limit, in bytes, or unlimited.
+    #[serde(default, deserialize_with = "limits::lenient::size")]
+    pub memory: Option<Bound>,
     /// The CPU limit.
     #[serde(default, deserialize_with = "lenient::number")]
     pub cpus: Option<f64>,
@@ -46,6 +47,12 @@ pub struct DockerSettings {
     /// `docker run` arguments from the supported subset.
     #[serde(default, deserialize_with = "lenient::list", alias = "run_arg")]
     pub run_args: Vec<String>,
+    /// The OCI runtime (`runsc` for gVisor).
+    #[serde(default)]
+    pub runtime: Option<String>,
+    /// The user commands run as.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// What [`DockerSettings`] takes.
@@ -71,7 +78,11 @@ pub const SETTINGS: &[SettingDoc] = &[
         "BOOL",
         "run commands through Berth's in-container agent (default: true; false runs each as its own docker exec, without persistent sessions)",
     ),
-    SettingDoc::optional("memory", "SIZE", "memory limit, e.g. 512MiB (default: none)"),
+    SettingDoc::optional(
+        "memory",
+        "SIZE|unlimited",
+        "memory limit, swap included, e.g. 512MiB (default: 2GiB; unlimited is warned about)",
+    ),
     SettingDoc::optional("cpus", "NUMBER", "CPU limit, e.g. 1.5 (default: none)"),
     SettingDoc::optional(
         "network",
@@ -94,6 +105,16 @@ pub const SETTINGS: &[SettingDoc] = &[
         "a `docker run` argument from the supported subset (repeatable)",
     )
     .aliases(&["run_arg"]),
+    SettingDoc::optional(
+        "runtime",
+        "RUNTIME",
+        "the engine's OCI runtime to run under, e.g. runsc for gVisor (default: the engine's, runc); refused when the engine lacks it",
+    ),
+    SettingDoc::optional(
+        "user",
+        "UID[:GID]|NAME",
+        "the user commands run as (default: the image's, often root)",
+    ),
 ];
 
 impl DockerSettings {
@@ -132,14 +153,38 @@ impl DockerSettings {
         if let Some(dir) = self.tls_cert_path {
             options = options.tls_cert_path(dir);
         }
-        if let Some(bytes) = self.memory {
-            options = options.memory(settings.signed_bytes("memory", bytes)?);
+        match self.memory {
+            Some(Bound::At(bytes)) => {
+                options = options.memory(settings.signed_bytes("memory", bytes)?);
+            }
+            Some(Bound::Unlimited) => options = options.unlimited_memory(),
+            None => {}
         }
         if let Some(cpus) = self.cpus {
             options = options.cpus(settings.positive("cpus", cpus)?);
         }
         for port in self.expose {
             options = options.expose(port);
+        }
+        if let Some(runtime) = self.runtime {
+            if runtime.trim().is_empty() {
+                return Err(settings.invalid("runtime is empty; name one the engine registers (runsc for gVisor), or leave it out"));
+            }
+            options = options.runtime(runtime);
+        }
+        if let Some(user) = self.user {
+            let valid = |part: &str| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            };
+            if !user.split(':').all(valid) || user.split(':').count() > 2 {
+                return Err(settings.invalid(format!(
+                    "user {user:?} is not UID[:GID] or a user name (e.g. 1000 or 1000:1000)"
+                )));
+            }
+            options = options.user(user);
         }
         if let Some(container) = self.container {
             options = options.existing_container(container);
@@ -173,6 +218,8 @@ mod tests {
             "network=bridge",
             "expose=8080",
             "expose=9090",
+            "runtime=runsc",
+            "user=1000:1000",
         ] {
             s.add_pair(pair).unwrap();
         }
@@ -185,6 +232,8 @@ mod tests {
         assert_eq!(state.cpu_count, Some(0.5));
         assert!(!state.agent);
         assert_eq!(state.exposed_ports, ["8080", "9090"]);
+        assert_eq!(state.runtime.as_deref(), Some("runsc"));
+        assert_eq!(state.user.as_deref(), Some("1000:1000"));
     }
 
     #[test]
@@ -193,6 +242,8 @@ mod tests {
             (&["image=b", "expose=80"][..], "expose"),
             (&["image=b", "pull=sometimes"][..], "pull"),
             (&["image=b", "cpus=-1"][..], "cpus"),
+            (&["image=b", "user=1000:"][..], "user"),
+            (&["image=b", "memory=0"][..], "memory"),
             (&["memory=1GiB"][..], "image is required"),
         ] {
             let mut s = BackendSettings::new(KIND);

@@ -89,6 +89,21 @@ fn kill_group(pgid: i32, signal: i32) {
 /// async-signal-safe calls.
 pub(crate) type PlaceFds = unsafe fn(&[i32]) -> std::io::Result<()>;
 
+/// In the child between fork and exec: joins each control group whose
+/// `cgroup.procs` is open at `procs`.
+///
+/// # Safety
+/// Only async-signal-safe calls (`write`).
+unsafe fn join_cgroups(procs: &[i32]) -> std::io::Result<()> {
+    for &fd in procs {
+        // SAFETY: write(2) on a descriptor this process holds.
+        if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// How to start a command on this host.
 pub(crate) struct Launch {
     /// The program (`sh`, or `bwrap` confining `sh`).
@@ -102,6 +117,9 @@ pub(crate) struct Launch {
     pub fds: Vec<OwnedFd>,
     /// Moves `fds` into place in the child (async-signal-safe).
     pub place: Option<PlaceFds>,
+    /// `cgroup.procs` files the child joins before anything else (see
+    /// `local::cgroup`).
+    pub cgroups: Vec<OwnedFd>,
 }
 
 /// Starts `launch` in `dir` in a process group of its own (a session of
@@ -117,6 +135,13 @@ pub(crate) fn spawn(
         cmd.env_clear().envs(base.iter().copied());
     }
     cmd.envs(&request.env);
+    if !launch.cgroups.is_empty() {
+        let procs: Vec<i32> = launch.cgroups.iter().map(AsRawFd::as_raw_fd).collect();
+        // SAFETY: `join` only writes to descriptors the child holds.
+        unsafe {
+            cmd.pre_exec(move || join_cgroups(&procs));
+        }
+    }
     if let Some(place) = launch.place {
         let fds: Vec<i32> = launch.fds.iter().map(AsRawFd::as_raw_fd).collect();
         // SAFETY: `place` is async-signal-safe by its contract.
@@ -166,6 +191,7 @@ pub(crate) fn spawn(
     // the child has its copies of the descriptors.
     drop(cmd);
     drop(launch.fds);
+    drop(launch.cgroups);
     let pgid = child.id().unwrap_or(0) as i32;
     let (process, driver) = ExecProcess::channel();
     type Reader = Box<dyn AsyncRead + Send + Unpin>;

@@ -5,6 +5,7 @@
 pub mod exec;
 pub mod helper_binary;
 mod host_process;
+pub mod limits;
 pub mod local;
 mod progress;
 mod provider;

@@ -381,6 +381,9 @@ impl SwarmBackend {
             engine_cert_path: self.state.engine_cert_path.clone(),
             pull: PullPolicy::Never,
             agent: self.state.agent,
+            // The swarm made the container; its runtime is the node's.
+            runtime: None,
+            user: None,
         };
         // A killed daemon's socket can still accept (a child kept the
         // listening descriptor) and never answer: bounded as below.

@@ -153,7 +153,7 @@ impl SwarmOptions {
                 engine_cert_path: None,
                 image: image.into(),
                 workspace_root: default_root(),
-                memory_size_bytes: None,
+                memory_size_bytes: Some(berth::backend::limits::DEFAULT_MEMORY_BYTES as i64),
                 cpu_count: None,
                 pids_limit: None,
                 reserve_memory_bytes: None,
@@ -190,9 +190,17 @@ impl SwarmOptions {
         self.state.engine_cert_path = Some(dir.into());
         self
     }
-    /// Memory limit in bytes. By default, none.
+    /// Memory limit in bytes (swap included). By default,
+    /// [`DEFAULT_MEMORY_BYTES`](berth::backend::limits::DEFAULT_MEMORY_BYTES)
+    /// (2 GiB).
     pub fn memory(mut self, bytes: i64) -> Self {
         self.state.memory_size_bytes = Some(bytes);
+        self
+    }
+    /// No memory limit: one command can take all of its node's memory.
+    /// Logged as a warning when the sandbox is created.
+    pub fn unlimited_memory(mut self) -> Self {
+        self.state.memory_size_bytes = None;
         self
     }
     /// CPU limit, in (fractional) CPUs. By default, none.
@@ -274,6 +282,9 @@ impl BackendOptions for SwarmOptions {
                           put the files in the workspace (a `file`/`dir` entry) instead"
                     .into(),
             });
+        }
+        if self.state.memory_size_bytes.is_none() {
+            berth::backend::limits::warn_unbounded(super::KIND, "memory");
         }
         let mut state = self.state;
         state.service_name = format!("berth-{}", context.session_id);

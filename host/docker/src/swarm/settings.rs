@@ -26,9 +26,9 @@ pub struct SwarmSettings {
     /// Whether commands run through Berth's agent in the container.
     #[serde(default, deserialize_with = "lenient::flag")]
     pub agent: Option<bool>,
-    /// The memory limit, in bytes.
-    #[serde(default, deserialize_with = "lenient::size")]
-    pub memory: Option<u64>,
+    /// The memory limit, in bytes, or unlimited.
+    #[serde(default, deserialize_with = "berth::backend::limits::lenient::size")]
+    pub memory: Option<berth::backend::limits::Bound>,
     /// The CPU limit.
     #[serde(default, deserialize_with = "lenient::number")]
     pub cpus: Option<f64>,
@@ -75,7 +75,11 @@ pub const SETTINGS: &[SettingDoc] = &[
         "BOOL",
         "run commands through Berth's in-container agent (default: true)",
     ),
-    SettingDoc::optional("memory", "SIZE", "memory limit, e.g. 512MiB (default: none)"),
+    SettingDoc::optional(
+        "memory",
+        "SIZE|unlimited",
+        "memory limit, e.g. 512MiB (default: 2GiB; unlimited is warned about)",
+    ),
     SettingDoc::optional("cpus", "NUMBER", "CPU limit, e.g. 1.5 (default: none)"),
     SettingDoc::optional("pids_limit", "NUMBER", "pids limit (default: 1024)"),
     SettingDoc::optional(
@@ -121,8 +125,12 @@ impl SwarmSettings {
         if let Some(dir) = self.tls_cert_path {
             options = options.tls_cert_path(dir);
         }
-        if let Some(n) = self.memory {
-            options = options.memory(settings.signed_bytes("memory", n)?);
+        match self.memory {
+            Some(berth::backend::limits::Bound::At(n)) => {
+                options = options.memory(settings.signed_bytes("memory", n)?);
+            }
+            Some(berth::backend::limits::Bound::Unlimited) => options = options.unlimited_memory(),
+            None => {}
         }
         if let Some(n) = self.cpus {
             options = options.cpus(settings.positive("cpus", n)?);

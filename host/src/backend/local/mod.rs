@@ -12,6 +12,7 @@
 //! Each command runs in its own process group, so a timeout kills
 //! everything it started.
 
+mod cgroup;
 mod confine;
 mod seccomp;
 
@@ -20,6 +21,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::host_process::Launch;
+use super::limits::{self, Bound};
 use super::Provisioned;
 use super::{
     ArchiveStream, Backend, BackendError, ExecProcess, ExecRequest, HelperCall, SandboxHelper,
@@ -55,6 +57,15 @@ pub struct LocalState {
     /// (an unconfined one links them into the workspace instead).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub binds: Vec<crate::workspace::spec::BindMount>,
+    /// The memory its processes may use together, in bytes (swap
+    /// included); `None`: unbounded (by choice, or a state written before
+    /// 0.10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// How many processes and threads it may hold at once; `None`:
+    /// unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
 }
 
 impl LocalState {
@@ -66,6 +77,15 @@ impl LocalState {
             run_dir: None,
             isolation: Isolation::default(),
             binds: Vec::new(),
+            memory_bytes: None,
+            pids: None,
+        }
+    }
+
+    fn bounds(&self) -> cgroup::Bounds {
+        cgroup::Bounds {
+            memory: self.memory_bytes,
+            pids: self.pids,
         }
     }
 
@@ -83,10 +103,23 @@ fn yes() -> bool {
 }
 
 /// Settings of a new local sandbox.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LocalOptions {
     root_dir: Option<PathBuf>,
     isolation: Isolation,
+    memory: Bound,
+    pids: Bound,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        LocalOptions {
+            root_dir: None,
+            isolation: Isolation::default(),
+            memory: Bound::At(limits::DEFAULT_MEMORY_BYTES),
+            pids: Bound::At(limits::DEFAULT_PIDS),
+        }
+    }
 }
 
 impl LocalOptions {
@@ -102,6 +135,22 @@ impl LocalOptions {
     /// warning when the sandbox is created.
     pub fn isolation(mut self, isolation: Isolation) -> Self {
         self.isolation = isolation;
+        self
+    }
+
+    /// The memory the sandbox's processes may use together (swap
+    /// included), enforced by a control group of its own. By default,
+    /// [`limits::DEFAULT_MEMORY_BYTES`] (2 GiB); [`Bound::Unlimited`] is
+    /// logged as a warning when the sandbox is created.
+    pub fn memory(mut self, bound: Bound) -> Self {
+        self.memory = bound;
+        self
+    }
+
+    /// How many processes and threads the sandbox may hold at once. By
+    /// default, [`limits::DEFAULT_PIDS`] (1024).
+    pub fn pids(mut self, bound: Bound) -> Self {
+        self.pids = bound;
         self
     }
 }
@@ -126,13 +175,24 @@ impl super::BackendOptions for LocalOptions {
                 "this sandbox's commands run unconfined (isolation none): they have every right of the user running Berth on this host"
             ),
         }
-        Ok(Box::new(LocalBackend::new(LocalState {
+        for (bound, what) in [(self.memory, "memory"), (self.pids, "process count")] {
+            if bound == Bound::Unlimited {
+                limits::warn_unbounded(KIND, what);
+            }
+        }
+        let state = LocalState {
             root_dir,
             owned: true,
             run_dir: Some(context.home.join("run").join(context.session_id)),
             isolation: self.isolation,
             binds: context.bind_mounts.to_vec(),
-        })))
+            memory_bytes: self.memory.limit(),
+            pids: self.pids.limit(),
+        };
+        // Fails here, before anything exists, when the bounds cannot be
+        // kept on this host.
+        cgroup::prepare(&cgroup::key(&state.run_dir()), state.bounds())?;
+        Ok(Box::new(LocalBackend::new(state)))
     }
 }
 
@@ -148,6 +208,12 @@ pub struct LocalSettings {
     /// `confined` (the default) or `none`.
     #[serde(default)]
     pub isolation: Option<String>,
+    /// The memory bound, or unlimited.
+    #[serde(default, deserialize_with = "limits::lenient::size")]
+    pub memory: Option<Bound>,
+    /// The process bound, or unlimited.
+    #[serde(default, deserialize_with = "limits::lenient::count")]
+    pub pids: Option<Bound>,
 }
 
 /// What [`LocalSettings`] takes.
@@ -161,6 +227,16 @@ pub const SETTINGS: &[super::SettingDoc] = &[
         "isolation",
         "confined|none",
         "confined (the default): commands in namespaces of their own, seeing only the workspace; none: as the user running Berth, for trusted work only",
+    ),
+    super::SettingDoc::optional(
+        "memory",
+        "SIZE|unlimited",
+        "memory its processes may use together, swap included (default: 2GiB; enforced by a control group; unlimited is warned about)",
+    ),
+    super::SettingDoc::optional(
+        "pids",
+        "COUNT|unlimited",
+        "processes and threads it may hold at once (default: 1024)",
     ),
 ];
 
@@ -184,6 +260,12 @@ impl LocalSettings {
                         message: e.to_string(),
                     })?;
             options = options.isolation(isolation);
+        }
+        if let Some(bound) = self.memory {
+            options = options.memory(bound);
+        }
+        if let Some(bound) = self.pids {
+            options = options.pids(bound);
         }
         Ok(options)
     }
@@ -238,8 +320,12 @@ impl super::BackendProvider for LocalProvider {
         state: &super::BackendState,
     ) -> Result<super::BackendSpec, BackendError> {
         let local: LocalState = state.decode()?;
+        let bound = |limit: Option<u64>| limit.map_or(Bound::Unlimited, Bound::At);
         Ok(super::BackendSpec::new(
-            LocalOptions::default().isolation(local.isolation),
+            LocalOptions::default()
+                .isolation(local.isolation)
+                .memory(bound(local.memory_bytes))
+                .pids(bound(local.pids)),
         ))
     }
 }
@@ -371,6 +457,7 @@ impl Backend for LocalBackend {
             });
         }
         let shell = ["sh".into(), "-c".into(), request.command.clone().into()];
+        let cgroups = cgroup::prepare(&cgroup::key(&self.state.run_dir()), self.state.bounds())?;
         let confined = self.state.isolation == Isolation::Confined
             && request.helper != Some(HelperCall::Processes);
         let launch = if confined {
@@ -383,6 +470,7 @@ impl Backend for LocalBackend {
                 clean_env: Some(confine::base_environment().to_vec()),
                 fds: confine::seccomp_files()?,
                 place: Some(confine::place_fds),
+                cgroups,
             }
         } else {
             if self.state.isolation == Isolation::Confined {
@@ -399,6 +487,7 @@ impl Backend for LocalBackend {
                     .then(|| confine::base_environment().to_vec()),
                 fds: Vec::new(),
                 place: None,
+                cgroups,
             }
         };
         super::host_process::spawn(&self.state.root_dir, launch, &request)
@@ -501,6 +590,7 @@ impl Backend for LocalBackend {
             }
             let _ = tokio::fs::remove_dir_all(&run_dir).await;
         }
+        cgroup::remove(&cgroup::key(&run_dir));
         if !self.state.owned {
             tracing::info!(root = %self.state.root_dir.display(), "workspace not owned; leaving it");
             return Ok(());
