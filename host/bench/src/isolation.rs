@@ -134,3 +134,75 @@ pub(super) async fn isolation_rows(
     }
     Ok(rows)
 }
+
+/// A Docker sandbox under `runtime` (`None`: the engine's runc),
+/// started; with the seconds its create and start took.
+async fn docker_sandbox(
+    client: &SandboxClient,
+    image: &str,
+    runtime: Option<&str>,
+) -> anyhow::Result<(Sandbox, f64)> {
+    let mut options = berth_docker::DockerOptions::new(image);
+    if let Some(runtime) = runtime {
+        options = options.runtime(runtime);
+    }
+    let t = Instant::now();
+    let mut sb = client
+        .create(
+            SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(SnapshotSpec::noop())
+                .backend(BackendSpec::new(options)),
+        )
+        .await?;
+    sb.start().await?;
+    Ok((sb, t.elapsed().as_secs_f64()))
+}
+
+/// What gVisor costs a Docker sandbox against runc: its create and start,
+/// and a command's round trip.
+pub(super) async fn gvisor_rows(
+    home: &Path,
+    image: &str,
+    runs: usize,
+    quick: bool,
+) -> anyhow::Result<Vec<Row>> {
+    let client = client_builder(home.join("gvisor-home")).build();
+    let n = if quick { 10 } else { 50 };
+    let (mut starts_g, mut starts_r, mut exec_g, mut exec_r) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs.max(1) {
+        let (mut g, tg) =
+            docker_sandbox(&client, image, Some(berth_docker::runtime::GVISOR)).await?;
+        let (mut r, tr) = docker_sandbox(&client, image, None).await?;
+        starts_g.push(tg);
+        starts_r.push(tr);
+        exec_true(&g, 2).await?;
+        exec_true(&r, 2).await?;
+        exec_g.push(exec_true(&g, n).await?);
+        exec_r.push(exec_true(&r, n).await?);
+        g.shutdown().await?;
+        r.shutdown().await?;
+    }
+    let (sg, sr, eg, er) = (
+        median(starts_g),
+        median(starts_r),
+        median(exec_g),
+        median(exec_r),
+    );
+    Ok(vec![
+        Row {
+            group: "isolation",
+            name: "docker create+start, gVisor (runsc)".into(),
+            value: format!("{:.0} ms", sg * 1e3),
+            baseline: format!("runc {:.0} ms", sr * 1e3),
+            ratio: Some(sg / sr),
+        },
+        Row {
+            group: "isolation",
+            name: "docker exec `true`, gVisor (runsc)".into(),
+            value: format!("{:.1} ms", eg * 1e3),
+            baseline: format!("runc {:.1} ms", er * 1e3),
+            ratio: Some(eg / er),
+        },
+    ])
+}

@@ -424,6 +424,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: isolation rows skipped: {e:#}"),
         }
+        let image =
+            std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
+        match isolation::gvisor_rows(base.path(), &image, runs, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: gVisor rows skipped: {e:#}"),
+        }
     }
     if want("s3") {
         match s3_rows(base.path(), runs, args.quick).await {
