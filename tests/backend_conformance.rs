@@ -36,7 +36,10 @@ impl BackendUnderTest for Local {
     }
 }
 
-struct Docker;
+/// The Docker backend, under the engine's default runtime or a named one.
+struct Docker {
+    runtime: Option<&'static str>,
+}
 
 fn docker_cli(args: &[&str]) -> Result<(), String> {
     let out = Command::new("docker")
@@ -57,11 +60,18 @@ fn docker_cli(args: &[&str]) -> Result<(), String> {
 #[async_trait::async_trait]
 impl BackendUnderTest for Docker {
     fn name(&self) -> String {
-        format!("docker backend ({})", test_image())
+        match self.runtime {
+            Some(runtime) => format!("docker backend ({}, runtime {runtime})", test_image()),
+            None => format!("docker backend ({})", test_image()),
+        }
     }
 
     fn spec(&self) -> BackendSpec {
-        BackendSpec::new(berth_docker::DockerOptions::new(test_image()))
+        let options = berth_docker::DockerOptions::new(test_image());
+        BackendSpec::new(match self.runtime {
+            Some(runtime) => options.runtime(runtime),
+            None => options,
+        })
     }
 
     fn provider(&self) -> Option<std::sync::Arc<dyn berth::backend::BackendProvider>> {
@@ -106,7 +116,7 @@ async fn the_docker_backend_keeps_the_lifecycles_promises() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
-    let report = check_backend(&Docker, home.path()).await;
+    let report = check_backend(&Docker { runtime: None }, home.path()).await;
     assert!(report.passed(), "{}", report.table());
     for clause in [
         "round-trip-after-instance-removed",
@@ -115,4 +125,23 @@ async fn the_docker_backend_keeps_the_lifecycles_promises() {
     ] {
         assert!(report.clause(clause).is_some(), "{clause} did not run");
     }
+}
+
+/// The same promises under gVisor: the agent, streamed commands, caps,
+/// timeouts, persist and restore, and recovery from each disaster.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_docker_backend_under_gvisor_keeps_the_lifecycles_promises() {
+    if docker_or_skip("the_docker_backend_under_gvisor_keeps_the_lifecycles_promises")
+        .await
+        .is_none()
+    {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let docker = Docker {
+        runtime: Some(berth_docker::runtime::GVISOR),
+    };
+    let report = check_backend(&docker, home.path()).await;
+    assert!(report.passed(), "{}", report.table());
+    assert!(report.clause("round-trip-after-instance-removed").is_some());
 }

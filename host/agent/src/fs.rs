@@ -2,7 +2,8 @@
 //! ROOT. Every path is resolved by the kernel beneath ROOT (`openat2` with
 //! `RESOLVE_BENEATH`): `..`, an absolute path elsewhere, or a symlink that
 //! leads out (planted by the sandboxed code, say) is refused, whatever the
-//! filesystem holds. The last component of a name is never followed when
+//! filesystem holds. Where openat2 is missing (gVisor, kernels before
+//! 5.6), the path is walked one component at a time, no symlink followed. The last component of a name is never followed when
 //! it is removed, replaced or described.
 //!
 //! Exit codes: 0 done; 1 failed (the reason on stderr); 3 not found;
@@ -244,15 +245,72 @@ fn beneath_mode(root: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> Result<Own
     if fd < 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::ENOSYS) {
-            return Err(Failure(
-                1,
-                "this kernel has no openat2 (Linux 5.6 or later is needed to confine paths)".into(),
-            ));
+            // gVisor (and kernels before 5.6) lack openat2.
+            return beneath_by_walk(root, rel, flags, mode);
         }
         return Err(e.into());
     }
     // SAFETY: a descriptor just opened, owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `beneath_mode` without openat2: one component at a time from `root`,
+/// none of them followed if it is a symlink, and `..` refused. Stricter
+/// than `RESOLVE_BENEATH` (a symlink that stays inside is refused too),
+/// never looser.
+fn beneath_by_walk(root: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> Result<OwnedFd, Failure> {
+    let mut names = Vec::new();
+    for component in rel.components() {
+        match component {
+            Component::Normal(name) => names.push(cstring(name)?),
+            Component::CurDir => {}
+            _ => {
+                return Err(refused(
+                    "a path with `..` or a root leads out of the workspace",
+                ))
+            }
+        }
+    }
+    let open_at = |dir: RawFd, name: &CString, flags: i32| -> Result<OwnedFd, Failure> {
+        // SAFETY: openat reads a name we own.
+        let fd = unsafe {
+            libc::openat(
+                dir,
+                name.as_ptr(),
+                flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        // SAFETY: a descriptor just opened, owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // O_PATH with O_NOFOLLOW opens a symlink itself: refuse it.
+        // SAFETY: a zeroed stat is a valid value for fstat to overwrite.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat writes the stat we own.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Failure(
+                REFUSED,
+                "a symbolic link in the path is not followed".into(),
+            ));
+        }
+        Ok(fd)
+    };
+    let Some((last, dirs)) = names.split_last() else {
+        return open_at(root.as_raw_fd(), &cstring(OsStr::new("."))?, flags);
+    };
+    let mut dir: Option<OwnedFd> = None;
+    for name in dirs {
+        let at = dir.as_ref().map_or(root.as_raw_fd(), AsRawFd::as_raw_fd);
+        dir = Some(open_at(at, name, libc::O_PATH | libc::O_DIRECTORY)?);
+    }
+    let at = dir.as_ref().map_or(root.as_raw_fd(), AsRawFd::as_raw_fd);
+    open_at(at, last, flags)
 }
 
 /// The directory holding `rel` (opened beneath root) and its last name.
@@ -650,5 +708,37 @@ mod tests {
         assert!(!stays_inside(Path::new("l"), Path::new("../b")));
         assert!(!stays_inside(Path::new("a/l"), Path::new("/etc")));
         assert!(!stays_inside(Path::new("a/l"), Path::new("x/../../../y")));
+    }
+
+    /// The walk used without openat2 opens what is inside and refuses
+    /// every symlink and `..` on the way, whatever the flags.
+    #[test]
+    fn the_walk_without_openat2_never_follows_a_link() {
+        let dir = std::env::temp_dir().join(format!("berth-walk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        std::fs::write(dir.join("a/b/f"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc", dir.join("a/out")).unwrap();
+        std::os::unix::fs::symlink("b", dir.join("a/in")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("a/b/file-link")).unwrap();
+        let root = open_plain(dir.to_str().unwrap(), libc::O_PATH | libc::O_DIRECTORY)
+            .ok()
+            .unwrap();
+        let walk = |rel: &str, flags: i32| beneath_by_walk(&root, Path::new(rel), flags, 0);
+        assert!(walk("a/b/f", libc::O_RDONLY).is_ok());
+        assert!(walk("", libc::O_PATH | libc::O_DIRECTORY).is_ok());
+        for (rel, flags) in [
+            ("a/out/passwd", libc::O_RDONLY),
+            ("a/in/f", libc::O_RDONLY),
+            ("a/b/file-link", libc::O_RDONLY),
+            ("a/b/file-link", libc::O_PATH),
+            ("a/../a/b/f", libc::O_RDONLY),
+        ] {
+            match walk(rel, flags) {
+                Err(Failure(code, _)) => assert_ne!(code, 0, "{rel}"),
+                Ok(_) => panic!("{rel} with flags {flags:#x} was opened"),
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -347,6 +347,9 @@ impl Backend for DockerBackend {
             self.state.container_id = None;
             self.reset_agent().await;
             self.create().await?;
+            if let Some(wanted) = self.state.runtime.clone() {
+                runtime::verify_inside(self, &wanted).await?;
+            }
             return Ok(Provisioned::Created);
         };
         if self.state.container_owned {
@@ -403,7 +406,15 @@ impl Backend for DockerBackend {
                 format!("container {target} is {other:?}; wait for it to settle or remove it"),
             )),
         };
-        resumed.map(|()| Provisioned::Existing)
+        resumed?;
+        let restarted = !matches!(
+            status,
+            Some(ContainerStateStatusEnum::RUNNING) | Some(ContainerStateStatusEnum::PAUSED)
+        );
+        if let (true, Some(wanted)) = (restarted, self.state.runtime.clone()) {
+            runtime::verify_inside(self, &wanted).await?;
+        }
+        Ok(Provisioned::Existing)
     }
 
     async fn instance_id(&self) -> Result<Option<String>, BackendError> {

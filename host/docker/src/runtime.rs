@@ -7,9 +7,13 @@
 //! sandbox is not created on an engine that does not know the runtime,
 //! and a container found running under another runtime is not used.
 
-use bollard::Docker;
+use std::time::Duration;
 
-use super::BACKEND;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::Docker;
+use futures::StreamExt;
+
+use super::{DockerBackend, BACKEND};
 use berth::backend::BackendError;
 
 /// The runtime Docker registers gVisor under, by convention.
@@ -85,6 +89,76 @@ pub(crate) fn check_container(
     })
 }
 
+/// After a container under gVisor starts: fails unless the kernel its
+/// commands talk to is not the engine host's (gVisor's answers with a
+/// version of its own). What the engine says it ran is one thing; this is
+/// read from inside, as an agent's command would see it.
+pub(crate) async fn verify_inside(
+    backend: &DockerBackend,
+    runtime: &str,
+) -> Result<(), BackendError> {
+    if runtime != GVISOR {
+        return Ok(());
+    }
+    let docker = &backend.docker;
+    let info = docker
+        .info()
+        .await
+        .map_err(|e| super::engine::api("asking the engine for its kernel", e))?;
+    let host_kernel = info.kernel_version.unwrap_or_default();
+    // One plain exec in `/` (the workspace root may not exist yet), its
+    // output bounded.
+    let exec = docker
+        .create_exec(
+            &backend.target(),
+            CreateExecOptions {
+                attach_stdout: Some(true),
+                cmd: Some(vec!["cat".to_string(), "/proc/version".to_string()]),
+                working_dir: Some("/".to_string()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| super::engine::api("reading the sandbox's kernel", e))?;
+    let mut inside = Vec::new();
+    let read = async {
+        if let Ok(StartExecResults::Attached { mut output, .. }) =
+            docker.start_exec(&exec.id, None).await
+        {
+            while let Some(Ok(chunk)) = output.next().await {
+                if inside.len() < 4096 {
+                    inside.extend_from_slice(&chunk.into_bytes());
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(60), read).await;
+    check_kernel(
+        &backend.state.container_name,
+        &host_kernel,
+        String::from_utf8_lossy(&inside).trim(),
+    )
+}
+
+/// The check of [`verify_inside`]: `inside` (the container's
+/// `/proc/version`) must be readable and must not name `host_kernel`.
+fn check_kernel(container: &str, host_kernel: &str, inside: &str) -> Result<(), BackendError> {
+    let cause = if inside.is_empty() {
+        format!("container {container}'s /proc/version could not be read, so its kernel is unknown")
+    } else if !host_kernel.is_empty() && inside.contains(host_kernel) {
+        format!(
+            "container {container} talks to the engine host's kernel ({host_kernel}), not gVisor's"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(BackendError::Unconfined {
+        backend: BACKEND,
+        cause,
+        remedy: format!("check that the engine's `{GVISOR}` runtime is gVisor's runsc (`docker info`), then remove the container so Berth re-creates it; Berth will not run commands in it"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +172,17 @@ mod tests {
                 .to_string();
             assert!(e.contains("not `runsc`") && e.contains("docker rm"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_container_on_the_hosts_kernel_is_refused() {
+        let gvisor = "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016";
+        assert!(check_kernel("c", "6.18.2", gvisor).is_ok());
+        let e = check_kernel("c", "6.18.2", "Linux version 6.18.2 (gcc) #1 SMP")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host's kernel"), "{e}");
+        assert!(check_kernel("c", "6.18.2", "").is_err());
     }
 
     #[test]
