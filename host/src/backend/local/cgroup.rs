@@ -10,7 +10,8 @@
 //! that still boot in hybrid mode): `berth/<key>` under this process's
 //! own group in the `memory` and `pids` hierarchies, with
 //! `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes` where swap
-//! is accounted) and `pids.max`. `<key>` names the sandbox's run
+//! is accounted) and `pids.max`, written once, when the group is made.
+//! `<key>` names the sandbox's run
 //! directory, so every process that opens the sandbox finds the same
 //! group.
 //!
@@ -145,31 +146,50 @@ pub(super) fn prepare(key: &str, bounds: Bounds) -> Result<Vec<OwnedFd>, Backend
     }
     let mut procs = Vec::new();
     for (dir, limits) in groups(key, bounds).map_err(unbounded_error)? {
+        let open_procs = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"))
+        };
+        // A group that exists got its limits when it was made (a group
+        // whose limits could not be written is removed again), so a
+        // command pays for one open, not for a mkdir and the writes.
+        if let Ok(file) = open_procs() {
+            procs.push(OwnedFd::from(file));
+            continue;
+        }
         if let Some(parent) = dir.parent() {
             enable_controllers(parent);
         }
         std::fs::create_dir_all(&dir)
             .map_err(|e| unbounded_error(format!("making {}: {e}", dir.display())))?;
-        for limit in &limits {
-            let path = dir.join(limit.file);
-            if limit.optional && !path.exists() {
-                continue;
-            }
-            std::fs::write(&path, &limit.value).map_err(|e| {
-                unbounded_error(format!(
-                    "writing {} to {}: {e}",
-                    limit.value,
-                    path.display()
-                ))
-            })?;
+        if let Err(e) = write_limits(&dir, &limits) {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
         }
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("cgroup.procs"))
+        let file = open_procs()
             .map_err(|e| unbounded_error(format!("opening {}/cgroup.procs: {e}", dir.display())))?;
         procs.push(OwnedFd::from(file));
     }
     Ok(procs)
+}
+
+/// Writes `limits` into the group at `dir`.
+fn write_limits(dir: &Path, limits: &[Limit]) -> Result<(), BackendError> {
+    for limit in limits {
+        let path = dir.join(limit.file);
+        if limit.optional && !path.exists() {
+            continue;
+        }
+        std::fs::write(&path, &limit.value).map_err(|e| {
+            unbounded_error(format!(
+                "writing {} to {}: {e}",
+                limit.value,
+                path.display()
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// cgroup v2: lets `berth/` and its children use the memory and pids
