@@ -479,30 +479,30 @@ async fn started(client: &berth::SandboxClient, backend: BackendSpec) -> Sandbox
     sb
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn local_confined() {
+/// Every probe in a fresh sandbox of `backend`, against the table's
+/// column `tier`.
+async fn probe_backend(tier: &str, backend: BackendSpec) {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let (mut host, _socket) = Host::new(&home);
     let client = berth_tests::client(&home);
-    let mut sb = started(&client, BackendSpec::local()).await;
-    probe_tier("local confined", &mut sb, &mut host).await;
+    let mut sb = started(&client, backend).await;
+    probe_tier(tier, &mut sb, &mut host).await;
     sb.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn local_confined() {
+    probe_backend("local confined", BackendSpec::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn local_unconfined() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let (mut host, _socket) = Host::new(&home);
-    let client = berth_tests::client(&home);
-    let mut sb = started(
-        &client,
+    probe_backend(
+        "local none",
         BackendSpec::new(LocalOptions::default().isolation(Isolation::None)),
     )
     .await;
-    probe_tier("local none", &mut sb, &mut host).await;
-    sb.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -511,17 +511,11 @@ async fn docker_runc() {
         return;
     };
     let _shared = berth_tests::DOCKERD.read().await;
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let (mut host, _socket) = Host::new(&home);
-    let client = berth_tests::client(&home);
-    let mut sb = started(
-        &client,
+    probe_backend(
+        "docker",
         BackendSpec::new(berth_docker::DockerOptions::new(berth_tests::test_image())),
     )
     .await;
-    probe_tier("docker", &mut sb, &mut host).await;
-    sb.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -530,20 +524,14 @@ async fn docker_gvisor() {
         return;
     };
     let _shared = berth_tests::DOCKERD.read().await;
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let (mut host, _socket) = Host::new(&home);
-    let client = berth_tests::client(&home);
-    let mut sb = started(
-        &client,
+    probe_backend(
+        "docker runsc",
         BackendSpec::new(
             berth_docker::DockerOptions::new(berth_tests::test_image())
                 .runtime(berth_docker::runtime::GVISOR),
         ),
     )
     .await;
-    probe_tier("docker runsc", &mut sb, &mut host).await;
-    sb.close().await.unwrap();
 }
 
 /// A link the agent plants in the workspace to a host file leaks nothing:
