@@ -242,7 +242,7 @@ impl Drop for PartialFile {
 
 /// Takes an exclusive `flock` on `file`; with `try_only`, fails at once
 /// with `WouldBlock` if another open file holds one.
-fn lock_exclusive(file: &impl std::os::fd::AsRawFd, try_only: bool) -> io::Result<()> {
+pub(crate) fn lock_exclusive(file: &impl std::os::fd::AsRawFd, try_only: bool) -> io::Result<()> {
     let flags = libc::LOCK_EX | if try_only { libc::LOCK_NB } else { 0 };
     // SAFETY: flock on a descriptor the caller owns; no memory is involved.
     if unsafe { libc::flock(file.as_raw_fd(), flags) } == 0 {

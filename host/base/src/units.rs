@@ -84,6 +84,17 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     Ok(bytes as u64)
 }
 
+/// A size as [`parse_size`] reads it back, exact: `2GiB`, `1536MiB`,
+/// `4097` (bytes, when no binary unit divides it).
+pub fn size_text(bytes: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes != 0 && bytes % (1u64 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
 /// Parses a duration: `500ms`, `30s`, `10m`, `1h`, `1d`, a bare number of
 /// seconds, `1.5h`; `0` is [`Duration::ZERO`].
 pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
@@ -114,6 +125,15 @@ mod tests {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
         assert_eq!(parse_size("64m"), Ok(64 << 20));
+        for bytes in [1, 4097, 1 << 10, 3 << 29, 2 << 30, 10 << 30, 5 << 40] {
+            assert_eq!(
+                parse_size(&size_text(bytes)),
+                Ok(bytes),
+                "{}",
+                size_text(bytes)
+            );
+        }
+        assert_eq!(size_text(2 << 30), "2GiB");
         assert!(matches!(
             parse_size("12 parsecs"),
             Err(UnitError::UnknownSizeUnit { .. })

@@ -132,6 +132,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Where Berth keeps its sandboxes, and the bounds (memory, processes,
+    /// CPUs, disk) a new sandbox gets where its settings say nothing: from
+    /// $BERTH_HOME/config.toml, else Berth's own.
+    Info {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a sandbox's state JSON.
     Inspect {
         /// Sandbox name.
@@ -318,6 +326,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             keep_snapshot,
         } => sandboxes::rm(&name, force, keep_snapshot).await,
         Command::Ls { json } => sandboxes::ls(json).await,
+        Command::Info { json } => crate::info::info(json).map(|()| ExitCode::SUCCESS),
         Command::Inspect { name } => sandboxes::inspect(&name).await,
         Command::Persist { name, out } => sandboxes::persist(&name, &out).await,
         Command::Hydrate { name, file } => sandboxes::hydrate(&name, &file).await,

@@ -18,6 +18,7 @@
 
 mod commands;
 mod home;
+mod info;
 mod logging;
 mod notice;
 mod plugin;

@@ -65,31 +65,41 @@ impl DockerBackend {
                 }]),
             );
         }
+        // The workspace's disk image first, the manifest's binds (inside
+        // the workspace) over it.
+        let disk = self.state.disk.iter().map(|d| Mount {
+            target: Some(self.state.workspace_root.clone()),
+            source: Some(d.mount_point.display().to_string()),
+            typ: Some(MountTypeEnum::BIND),
+            read_only: Some(false),
+            ..Default::default()
+        });
+        let binds = self.state.mounts.iter().map(|m| Mount {
+            target: Some(m.target.clone()),
+            source: Some(m.source.display().to_string()),
+            typ: Some(MountTypeEnum::BIND),
+            read_only: Some(m.read_only),
+            ..Default::default()
+        });
+        let mounts: Vec<Mount> = disk.chain(binds).collect();
         let host_config = HostConfig {
             init: Some(true),
             memory: self.state.memory_size_bytes,
             memory_swap: self.state.memory_size_bytes,
             nano_cpus: self.state.cpu_count.map(|c| (c * 1e9) as i64),
-            pids_limit: Some(extra.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
+            pids_limit: Some(
+                extra
+                    .pids_limit
+                    .or(self.state.pids_limit)
+                    .unwrap_or(DEFAULT_PIDS_LIMIT),
+            ),
             network_mode: Some(self.state.network.clone()),
             cap_drop: Some(extra.cap_drop.clone().unwrap_or_else(|| vec!["ALL".into()])),
             cap_add: (!extra.cap_add.is_empty()).then(|| extra.cap_add.clone()),
             security_opt: Some(security_opt),
             port_bindings: (!bindings.is_empty()).then_some(bindings),
             binds: (!self.state.binds.is_empty()).then(|| self.state.binds.clone()),
-            mounts: (!self.state.mounts.is_empty()).then(|| {
-                self.state
-                    .mounts
-                    .iter()
-                    .map(|m| Mount {
-                        target: Some(m.target.clone()),
-                        source: Some(m.source.display().to_string()),
-                        typ: Some(MountTypeEnum::BIND),
-                        read_only: Some(m.read_only),
-                        ..Default::default()
-                    })
-                    .collect()
-            }),
+            mounts: (!mounts.is_empty()).then_some(mounts),
             readonly_rootfs: extra.read_only.then_some(true),
             tmpfs: (!extra.tmpfs.is_empty()).then(|| extra.tmpfs.clone()),
             ulimits: (!extra.ulimits.is_empty()).then(|| extra.ulimits.clone()),
@@ -109,6 +119,29 @@ impl DockerBackend {
             host_config: Some(host_config),
             ..Default::default()
         })
+    }
+
+    /// Mounts the workspace's disk image on this host before a container
+    /// that binds it is made or started (after a reboot, the mount is
+    /// gone and the container would see an empty directory). The image
+    /// must be on the engine's host: an engine reached over TCP is
+    /// refused.
+    pub(super) async fn ensure_disk(&self) -> Result<(), BackendError> {
+        let Some(disk) = &self.state.disk else {
+            return Ok(());
+        };
+        let endpoint = &self.engine.endpoint;
+        if !(endpoint.starts_with("unix://") || endpoint.starts_with('/')) {
+            return Err(BackendError::Unconfined {
+                backend: BACKEND,
+                cause: format!(
+                    "cannot bound the workspace's disk: the engine {} is not on this host, where the sandbox's disk image is",
+                    self.engine.reference
+                ),
+                remedy: "use an engine on this host (a unix socket), or give the sandbox `disk=unlimited` (`-o disk=unlimited`)".into(),
+            });
+        }
+        disk.ensure_mounted(BACKEND).await
     }
 
     /// Creates and starts the container (the image pulled as the state

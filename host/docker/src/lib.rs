@@ -341,6 +341,7 @@ impl DockerBackend {
 #[async_trait::async_trait]
 impl Backend for DockerBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
+        self.ensure_disk().await?;
         let found = self.find_container().await?;
         let Some(info) = found else {
             tracing::info!(name = %self.state.container_name, "container gone; creating it again");
@@ -734,6 +735,14 @@ impl Backend for DockerBackend {
         }
         self.state.container_id = None;
         self.reset_agent().await;
+        if let Some(disk) = &self.state.disk {
+            disk.remove(BACKEND).await?;
+            if let Err(e) = tokio::fs::remove_dir(&disk.mount_point).await {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %disk.mount_point.display(), error = %e, "cannot remove the workspace disk's mount point");
+                }
+            }
+        }
         Ok(())
     }
 

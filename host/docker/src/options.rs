@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{engine, DockerBackend, PullPolicy, PullProgress, KIND};
+use super::{engine, DockerBackend, PullPolicy, PullProgress, BACKEND, KIND};
+use berth::backend::limits::{Bound, Bounds, Chosen};
 use berth::backend::{Backend, BackendError, BackendOptions, CreateContext};
 use berth::workspace::spec::BindMount;
 
@@ -87,6 +88,15 @@ pub struct DockerState {
     /// `None`: the image's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The process limit; `None`: 1024 (states written before 0.10), or
+    /// the `--pids-limit` run argument. `-1`: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<i64>,
+    /// The workspace's disk quota: a filesystem image on the engine's
+    /// host, mounted there and bind-mounted at the workspace root (see
+    /// [`berth::backend::disk_image`]); `None`: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<berth::backend::disk_image::DiskImage>,
 }
 
 /// The engine a sandbox moves to (see
@@ -158,6 +168,7 @@ pub struct DockerMount {
 #[derive(Debug, Clone)]
 pub struct DockerOptions {
     state: DockerState,
+    bounds: Chosen,
     pub(super) pull_progress: Option<PullProgress>,
 }
 
@@ -171,7 +182,7 @@ impl DockerOptions {
                 image: image.into(),
                 workspace_root: default_root(),
                 container_owned: true,
-                memory_size_bytes: Some(berth::backend::limits::DEFAULT_MEMORY_BYTES as i64),
+                memory_size_bytes: None,
                 cpu_count: None,
                 exposed_ports: Vec::new(),
                 network: none_network(),
@@ -185,26 +196,52 @@ impl DockerOptions {
                 agent: true,
                 runtime: None,
                 user: None,
+                pids_limit: None,
+                disk: None,
             },
+            bounds: Chosen::default(),
             pull_progress: None,
         }
     }
-    /// Memory limit in bytes (swap included). By default,
-    /// [`DEFAULT_MEMORY_BYTES`](berth::backend::limits::DEFAULT_MEMORY_BYTES)
-    /// (2 GiB): past it, the kernel kills a process of the sandbox.
+    /// Memory limit in bytes (swap included). By default, the host's
+    /// ([`HostDefaults`](berth::backend::limits::HostDefaults): 2 GiB
+    /// unless its `config.toml` says otherwise): past it, the kernel
+    /// kills a process of the sandbox.
     pub fn memory(mut self, bytes: i64) -> Self {
-        self.state.memory_size_bytes = Some(bytes);
+        self.bounds.memory = Some(Bound::At(bytes.max(0) as u64));
         self
     }
     /// No memory limit: one command can take all of the engine host's
     /// memory. Logged as a warning when the sandbox is created.
     pub fn unlimited_memory(mut self) -> Self {
-        self.state.memory_size_bytes = None;
+        self.bounds.memory = Some(Bound::Unlimited);
         self
     }
-    /// CPU limit, in (fractional) CPUs. By default, none.
+    /// CPU limit, in (fractional) CPUs. By default, the host's (all of
+    /// its CPUs but one unless its `config.toml` says otherwise).
     pub fn cpus(mut self, cpus: f64) -> Self {
-        self.state.cpu_count = Some(cpus);
+        self.bounds.cpus = Some(Bound::At((cpus * 1000.0).round().max(1.0) as u64));
+        self
+    }
+    /// The CPU limit as a bound, in thousandths of a CPU.
+    pub fn cpus_millis(mut self, bound: Bound) -> Self {
+        self.bounds.cpus = Some(bound);
+        self
+    }
+    /// How many processes and threads the container may hold. By
+    /// default, the host's (1024 unless its `config.toml` says
+    /// otherwise); a `--pids-limit` run argument wins.
+    pub fn pids(mut self, bound: Bound) -> Self {
+        self.bounds.pids = Some(bound);
+        self
+    }
+    /// The workspace's disk quota: a filesystem image of this size on
+    /// the engine's host, bind-mounted at the workspace root, so a
+    /// command that fills it gets `ENOSPC`. Needs a local engine (a unix
+    /// socket) and root. By default, the host's (10 GiB unless its
+    /// `config.toml` says otherwise).
+    pub fn disk(mut self, bound: Bound) -> Self {
+        self.bounds.disk = Some(bound);
         self
     }
     /// Publishes a container port on 127.0.0.1 (repeatable). By default,
@@ -301,6 +338,19 @@ impl DockerOptions {
     /// its own (as `berth fork` makes): same image, limits, network, ports,
     /// run arguments, environment and daemon; a new, owned container.
     pub fn like(existing: &DockerState) -> Self {
+        let bound = |limit: Option<u64>| Some(limit.map_or(Bound::Unlimited, Bound::At));
+        let bounds = Chosen {
+            memory: bound(existing.memory_size_bytes.map(|b| b.max(0) as u64)),
+            cpus: bound(existing.cpu_count.map(|c| (c * 1000.0).round() as u64)),
+            pids: existing.pids_limit.map(|n| {
+                if n > 0 {
+                    Bound::At(n as u64)
+                } else {
+                    Bound::Unlimited
+                }
+            }),
+            disk: bound(existing.disk.as_ref().map(|d| d.bytes)),
+        };
         DockerOptions {
             state: DockerState {
                 container_id: None,
@@ -308,8 +358,10 @@ impl DockerOptions {
                 container_owned: true,
                 binds: Vec::new(),
                 mounts: Vec::new(),
+                disk: None,
                 ..existing.clone()
             },
+            bounds,
             pull_progress: None,
         }
     }
@@ -321,9 +373,15 @@ impl DockerOptions {
         self
     }
 
-    /// The state as configured so far (for probing the daemon).
+    /// The state as configured so far, bounded by Berth's built-in
+    /// defaults (for probing the daemon).
     pub fn into_state_for_probe(self) -> DockerState {
-        self.state
+        let bounds = self
+            .bounds
+            .resolve(&berth::backend::limits::HostDefaults::builtin(), KIND);
+        let mut state = self.state;
+        apply_bounds(&mut state, &bounds);
+        state
     }
 
     /// Records the engine the docker CLI's rules pick now, when none was
@@ -387,17 +445,46 @@ impl BackendOptions for DockerOptions {
                 ),
             });
         }
-        if self.state.memory_size_bytes.is_none() {
-            berth::backend::limits::warn_unbounded(KIND, "memory");
-        }
+        let bounds = self.bounds.resolve(context.defaults, KIND);
         let progress = self.pull_progress.clone();
-        let state = self.into_state(
+        let mut state = self.into_state(
             context.session_id,
             &context.workspace.root,
             context.bind_mounts,
         );
+        apply_bounds(&mut state, &bounds);
+        if let Bound::At(bytes) = bounds.disk {
+            berth::backend::disk_image::check_size(BACKEND, bytes)?;
+            let disks = context.home.join("disks");
+            state.disk = Some(berth::backend::disk_image::DiskImage {
+                image: disks.join(format!("{}.ext4", context.session_id)),
+                mount_point: disks.join(context.session_id),
+                bytes,
+                owner: numeric_owner(state.user.as_deref()),
+            });
+        }
         Ok(Box::new(
             DockerBackend::connect(state, context.session_id, progress).await?,
         ))
     }
+}
+
+/// Memory, CPU and processes as the engine takes them.
+fn apply_bounds(state: &mut DockerState, bounds: &Bounds) {
+    state.memory_size_bytes = bounds.memory.limit().map(|b| b as i64);
+    state.cpu_count = bounds.cpus.limit().map(|m| m as f64 / 1000.0);
+    state.pids_limit = Some(bounds.pids.limit().map_or(-1, |n| n as i64));
+}
+
+/// The owner a workspace image's root gets for a numeric `UID[:GID]`
+/// user (a named one is looked up in the container when its root is
+/// made).
+fn numeric_owner(user: Option<&str>) -> Option<(u32, u32)> {
+    let mut parts = user?.split(':');
+    let uid: u32 = parts.next()?.parse().ok()?;
+    let gid = match parts.next() {
+        Some(g) => g.parse().ok()?,
+        None => uid,
+    };
+    (uid != 0).then_some((uid, gid))
 }

@@ -32,9 +32,15 @@ pub struct DockerSettings {
     /// The memory limit, in bytes, or unlimited.
     #[serde(default, deserialize_with = "limits::lenient::size")]
     pub memory: Option<Bound>,
-    /// The CPU limit.
-    #[serde(default, deserialize_with = "lenient::number")]
-    pub cpus: Option<f64>,
+    /// The CPU limit (a number of CPUs), or unlimited.
+    #[serde(default, deserialize_with = "limits::lenient::cpus")]
+    pub cpus: Option<Bound>,
+    /// The process limit, or unlimited.
+    #[serde(default, deserialize_with = "limits::lenient::count")]
+    pub pids: Option<Bound>,
+    /// The workspace's disk quota, or unlimited.
+    #[serde(default, deserialize_with = "limits::lenient::size")]
+    pub disk: Option<Bound>,
     /// The network.
     #[serde(default)]
     pub network: Option<String>,
@@ -81,9 +87,23 @@ pub const SETTINGS: &[SettingDoc] = &[
     SettingDoc::optional(
         "memory",
         "SIZE|unlimited",
-        "memory limit, swap included, e.g. 512MiB (default: 2GiB; unlimited is warned about)",
+        "memory limit, swap included, e.g. 512MiB (default: the host's, 2GiB; unlimited is warned about)",
     ),
-    SettingDoc::optional("cpus", "NUMBER", "CPU limit, e.g. 1.5 (default: none)"),
+    SettingDoc::optional(
+        "cpus",
+        "NUMBER|unlimited",
+        "CPU limit, e.g. 1.5 (default: the host's, all its CPUs but one)",
+    ),
+    SettingDoc::optional(
+        "pids",
+        "COUNT|unlimited",
+        "processes and threads at once (default: the host's, 1024)",
+    ),
+    SettingDoc::optional(
+        "disk",
+        "SIZE|unlimited",
+        "the workspace's disk quota: a filesystem image on the engine's host bind-mounted at the workspace (default: the host's, 10GiB; needs a local engine and root)",
+    ),
     SettingDoc::optional(
         "network",
         "NETWORK",
@@ -160,8 +180,14 @@ impl DockerSettings {
             Some(Bound::Unlimited) => options = options.unlimited_memory(),
             None => {}
         }
-        if let Some(cpus) = self.cpus {
-            options = options.cpus(settings.positive("cpus", cpus)?);
+        if let Some(bound) = self.cpus {
+            options = options.cpus_millis(bound);
+        }
+        if let Some(bound) = self.pids {
+            options = options.pids(bound);
+        }
+        if let Some(bound) = self.disk {
+            options = options.disk(bound);
         }
         for port in self.expose {
             options = options.expose(port);

@@ -126,6 +126,32 @@ pub struct BackendKind {
     pub settings: Vec<BackendSetting>,
 }
 
+/// `GET /v1/defaults`: the bounds a new sandbox gets where its settings
+/// say nothing, as the server's `$BERTH_HOME/config.toml` sets them (over
+/// Berth's own).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HostDefaults {
+    /// The file read (whether or not it exists).
+    pub file: String,
+    /// Whether it exists.
+    pub file_exists: bool,
+    /// Each bound: `memory`, `pids`, `cpus`, `disk`.
+    pub defaults: Vec<HostDefault>,
+}
+
+/// One default bound.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HostDefault {
+    /// The key (in `config.toml` and in every kind's settings).
+    pub key: String,
+    /// Its value as written there (`2GiB`, `1024`, `1.5`, `unlimited`).
+    pub value: String,
+    /// Whether `config.toml` set it (else Berth's own).
+    pub from_file: bool,
+    /// What it bounds.
+    pub help: String,
+}
+
 /// One setting of a backend kind.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct BackendSetting {

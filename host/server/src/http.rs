@@ -103,6 +103,7 @@ impl From<berth::SandboxError> for ApiError {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }
             E::Archive(_) => (StatusCode::UNPROCESSABLE_ENTITY, "bad_archive"),
+            E::HostDefaults(_) => (StatusCode::SERVICE_UNAVAILABLE, "host_defaults"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         ApiError::new(status, code, chain(&e))

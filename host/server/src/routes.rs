@@ -34,6 +34,7 @@ pub(crate) fn table() -> Vec<Route> {
     vec![
         r(Method::GET, "/v1/version", "The API and Berth versions.", &[], Empty, json::<api::Version>(), sandboxes::version),
         r(Method::GET, "/v1/openapi.json", "This document.", &[], Empty, Bytes("application/json"), sandboxes::openapi),
+        r(Method::GET, "/v1/defaults", "The bounds new sandboxes get where their settings say nothing (the server's config.toml over Berth's own).", &[], Empty, json::<api::HostDefaults>(), sandboxes::defaults),
         r(Method::GET, "/v1/backends", "The backend kinds this server creates, with their settings.", &[], Empty, json::<Vec<api::BackendKind>>(), sandboxes::backends),
         r(Method::GET, "/v1/sandboxes", "List sandboxes.", &[], Empty, json::<Vec<api::SandboxSummary>>(), sandboxes::list),
         r(Method::POST, "/v1/sandboxes", "Create a sandbox (and start it, unless `start` is false).", &[], json::<api::CreateSandbox>(), json::<api::SandboxRecord>(), sandboxes::create),

@@ -2,6 +2,7 @@
 //! implements the small [`Backend`] trait; the lifecycle (start branches,
 //! snapshots, entries) lives once, in [`crate::sandbox`].
 
+pub mod disk_image;
 pub mod exec;
 pub mod helper_binary;
 mod host_process;

@@ -36,6 +36,9 @@ pub struct CreateContext<'a> {
     pub workspace: &'a WorkspaceSpec,
     /// The manifest's bind mounts: relative path, host path, read-only.
     pub bind_mounts: &'a [BindMount],
+    /// The bounds a sandbox gets where its settings say nothing (the
+    /// home's `config.toml` over Berth's own).
+    pub defaults: &'a super::limits::HostDefaults,
 }
 
 /// A kind's settings for a new sandbox: the local backend's

@@ -9,6 +9,7 @@ use super::{
     Sandbox, SandboxError, SandboxOptions, SandboxState, SnapshotSpec, SnapshotState, StateFile,
     StateSink,
 };
+use crate::backend::limits::HostDefaults;
 use crate::backend::{
     Backend, BackendError, BackendProvider, BackendSettings, BackendSpec, BackendState,
     BackendSummary, CreateContext, Registry, SettingDoc, SettingsError,
@@ -96,6 +97,7 @@ pub struct SandboxClientBuilder {
     backends: Registry,
     snapshot_providers: SnapshotRegistry,
     progress: Option<crate::backend::ProgressSink>,
+    defaults: Option<HostDefaults>,
 }
 
 impl SandboxClientBuilder {
@@ -174,6 +176,14 @@ impl SandboxClientBuilder {
         self
     }
 
+    /// The bounds new sandboxes get where their settings say nothing. By
+    /// default, the home's `config.toml` (read at each create) over
+    /// Berth's own ([`HostDefaults`]).
+    pub fn host_defaults(mut self, defaults: HostDefaults) -> Self {
+        self.defaults = Some(defaults);
+        self
+    }
+
     /// The client.
     pub fn build(self) -> SandboxClient {
         let plugins = match self.plugins {
@@ -198,6 +208,7 @@ impl SandboxClientBuilder {
             pack_cache,
             backends,
             snapshots,
+            defaults: self.defaults,
         }
     }
 }
@@ -216,6 +227,7 @@ pub struct SandboxClient {
     pack_cache: Option<PackCache>,
     backends: Registry,
     snapshots: SnapshotRegistry,
+    defaults: Option<HostDefaults>,
 }
 
 impl SandboxClient {
@@ -246,6 +258,7 @@ impl SandboxClient {
             backends: Registry::with_defaults(),
             snapshot_providers: SnapshotRegistry::default(),
             progress: None,
+            defaults: None,
         }
     }
 
@@ -347,6 +360,18 @@ impl SandboxClient {
             out.extend(provider.orphan_files(&self.home, &of_kind));
         }
         out
+    }
+
+    /// The bounds new sandboxes get where their settings say nothing:
+    /// the ones given to the builder
+    /// ([`SandboxClientBuilder::host_defaults`]), else the home's
+    /// `config.toml` read now (so an edit counts from the next create),
+    /// else Berth's own.
+    pub fn host_defaults(&self) -> Result<HostDefaults, SandboxError> {
+        match &self.defaults {
+            Some(defaults) => Ok(defaults.clone()),
+            None => Ok(HostDefaults::load(&self.home)?),
+        }
     }
 
     /// The home directory.
@@ -549,12 +574,14 @@ impl SandboxClient {
             }
         }
         let bind_mounts = workspace.bind_mounts()?;
+        let defaults = self.host_defaults()?;
         let backend = backend
             .build(&CreateContext {
                 session_id: &session_id,
                 home: &self.home,
                 workspace: &workspace,
                 bind_mounts: &bind_mounts,
+                defaults: &defaults,
             })
             .await?;
         backend.check_workspace(&workspace)?;

@@ -22,6 +22,10 @@ pub enum SandboxError {
     /// The backend failed.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The host's defaults file (`$BERTH_HOME/config.toml`) cannot be
+    /// used; nothing was created.
+    #[error(transparent)]
+    HostDefaults(#[from] crate::backend::limits::DefaultsError),
     /// A workspace path was refused: `..`, an absolute path elsewhere, or a
     /// symlink leading out of the workspace. Nothing was read or written.
     #[error("{path}: refused: {reason}")]

@@ -384,6 +384,8 @@ impl SwarmBackend {
             // The swarm made the container; its runtime is the node's.
             runtime: None,
             user: None,
+            pids_limit: None,
+            disk: None,
         };
         // A killed daemon's socket can still accept (a child kept the
         // listening descriptor) and never answer: bounded as below.

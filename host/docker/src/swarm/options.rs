@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{SwarmBackend, KIND};
+use berth::backend::limits::{Bound, Chosen};
 use berth::backend::{Backend, BackendError, BackendOptions, CreateContext};
 
 /// How long a start waits for the swarm to run the sandbox's task, by
@@ -138,6 +139,7 @@ impl std::fmt::Debug for PlacementProgress {
 #[derive(Debug, Clone)]
 pub struct SwarmOptions {
     state: SwarmState,
+    bounds: Chosen,
     pub(super) progress: Option<PlacementProgress>,
 }
 
@@ -153,7 +155,7 @@ impl SwarmOptions {
                 engine_cert_path: None,
                 image: image.into(),
                 workspace_root: default_root(),
-                memory_size_bytes: Some(berth::backend::limits::DEFAULT_MEMORY_BYTES as i64),
+                memory_size_bytes: None,
                 cpu_count: None,
                 pids_limit: None,
                 reserve_memory_bytes: None,
@@ -166,12 +168,26 @@ impl SwarmOptions {
                 current: None,
                 history: Vec::new(),
             },
+            bounds: Chosen::default(),
             progress: None,
         }
     }
     /// Options for a new sandbox set up like `state`'s (a fork): same
     /// swarm, image, limits and placement; its own service.
     pub fn like(state: &SwarmState) -> Self {
+        let bound = |limit: Option<u64>| Some(limit.map_or(Bound::Unlimited, Bound::At));
+        let bounds = Chosen {
+            memory: bound(state.memory_size_bytes.map(|b| b.max(0) as u64)),
+            cpus: bound(state.cpu_count.map(|c| (c * 1000.0).round() as u64)),
+            pids: state.pids_limit.map(|n| {
+                if n > 0 {
+                    Bound::At(n as u64)
+                } else {
+                    Bound::Unlimited
+                }
+            }),
+            disk: None,
+        };
         SwarmOptions {
             state: SwarmState {
                 service_name: String::new(),
@@ -180,6 +196,7 @@ impl SwarmOptions {
                 history: Vec::new(),
                 ..state.clone()
             },
+            bounds,
             progress: None,
         }
     }
@@ -190,27 +207,33 @@ impl SwarmOptions {
         self.state.engine_cert_path = Some(dir.into());
         self
     }
-    /// Memory limit in bytes (swap included). By default,
-    /// [`DEFAULT_MEMORY_BYTES`](berth::backend::limits::DEFAULT_MEMORY_BYTES)
-    /// (2 GiB).
+    /// Memory limit in bytes (swap included). By default, the host's
+    /// ([`HostDefaults`](berth::backend::limits::HostDefaults): 2 GiB
+    /// unless its `config.toml` says otherwise).
     pub fn memory(mut self, bytes: i64) -> Self {
-        self.state.memory_size_bytes = Some(bytes);
+        self.bounds.memory = Some(Bound::At(bytes.max(0) as u64));
         self
     }
     /// No memory limit: one command can take all of its node's memory.
     /// Logged as a warning when the sandbox is created.
     pub fn unlimited_memory(mut self) -> Self {
-        self.state.memory_size_bytes = None;
+        self.bounds.memory = Some(Bound::Unlimited);
         self
     }
-    /// CPU limit, in (fractional) CPUs. By default, none.
+    /// CPU limit, in (fractional) CPUs. By default, the host's (all of
+    /// its CPUs but one unless its `config.toml` says otherwise).
     pub fn cpus(mut self, cpus: f64) -> Self {
-        self.state.cpu_count = Some(cpus);
+        self.bounds.cpus = Some(Bound::At((cpus * 1000.0).round().max(1.0) as u64));
         self
     }
-    /// Pids limit. By default, 1024.
+    /// Pids limit. By default, the host's (1024 unless its
+    /// `config.toml` says otherwise); 0 or less: unlimited.
     pub fn pids_limit(mut self, limit: i64) -> Self {
-        self.state.pids_limit = Some(limit);
+        self.bounds.pids = Some(if limit > 0 {
+            Bound::At(limit as u64)
+        } else {
+            Bound::Unlimited
+        });
         self
     }
     /// Memory the swarm reserves on the node (a node without it free is
@@ -283,10 +306,17 @@ impl BackendOptions for SwarmOptions {
                     .into(),
             });
         }
-        if self.state.memory_size_bytes.is_none() {
-            berth::backend::limits::warn_unbounded(super::KIND, "memory");
+        // A swarm sandbox's workspace is in its container's layer on
+        // whichever node runs it: no disk quota here.
+        let bounds = Chosen {
+            disk: Some(Bound::Unlimited),
+            ..self.bounds
         }
+        .resolve(context.defaults, super::KIND);
         let mut state = self.state;
+        state.memory_size_bytes = bounds.memory.limit().map(|b| b as i64);
+        state.cpu_count = bounds.cpus.limit().map(|m| m as f64 / 1000.0);
+        state.pids_limit = Some(bounds.pids.limit().map_or(0, |n| n as i64));
         state.service_name = format!("berth-{}", context.session_id);
         state.workspace_root = context.workspace.root.clone();
         Ok(Box::new(

@@ -84,6 +84,32 @@ pub(crate) fn create(inner: Arc<Inner>, call: Call) -> Answer {
     .boxed()
 }
 
+/// `GET /v1/defaults`: the bounds new sandboxes get, read from the home's
+/// `config.toml` now (an edit counts from the next create).
+pub(crate) fn defaults(inner: Arc<Inner>, _: Call) -> Answer {
+    async move {
+        let client = inner.open.named().client();
+        let home = client.home().to_path_buf();
+        let defaults = client.host_defaults()?;
+        let file = berth::backend::limits::HostDefaults::path(&home);
+        Ok(json_reply(&api::HostDefaults {
+            file_exists: file.exists(),
+            file: file.display().to_string(),
+            defaults: defaults
+                .entries()
+                .into_iter()
+                .map(|e| api::HostDefault {
+                    key: e.key.into(),
+                    value: e.value,
+                    from_file: e.from_file,
+                    help: e.help.into(),
+                })
+                .collect(),
+        }))
+    }
+    .boxed()
+}
+
 /// `GET /v1/backends`: the kinds this server creates, with their settings.
 pub(crate) fn backends(inner: Arc<Inner>, _: Call) -> Answer {
     async move {

@@ -1,16 +1,17 @@
-//! The local backend's bounds on memory and processes: a control group of
+//! The local backend's bounds on memory, processes and CPU: a control group of
 //! the sandbox's own, which every command, helper call and background
 //! process of the sandbox joins before it starts (it writes `0`, itself,
 //! to the group's `cgroup.procs` between fork and exec, so nothing it
 //! starts is ever outside the group).
 //!
 //! cgroup v2 (one hierarchy at `/sys/fs/cgroup`): the group is
-//! `/sys/fs/cgroup/berth/<key>` with `memory.max`, `memory.swap.max` = 0
-//! and `pids.max`. cgroup v1 (a hierarchy per controller, as on hosts
-//! that still boot in hybrid mode): `berth/<key>` under this process's
-//! own group in the `memory` and `pids` hierarchies, with
+//! `/sys/fs/cgroup/berth/<key>` with `memory.max`, `memory.swap.max` = 0,
+//! `pids.max` and `cpu.max`. cgroup v1 (a hierarchy per controller, as on
+//! hosts that still boot in hybrid mode): `berth/<key>` under this
+//! process's own group in the `memory`, `pids` and `cpu` hierarchies, with
 //! `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes` where swap
-//! is accounted) and `pids.max`, written once, when the group is made.
+//! is accounted), `pids.max` and `cpu.cfs_quota_us`, written once, when
+//! the group is made.
 //! `<key>` names the sandbox's run
 //! directory, so every process that opens the sandbox finds the same
 //! group.
@@ -37,12 +38,22 @@ pub(super) struct Bounds {
     pub memory: Option<u64>,
     /// Processes and threads at once.
     pub pids: Option<u64>,
+    /// CPU time, in thousandths of a CPU.
+    pub cpus_millis: Option<u64>,
 }
 
 impl Bounds {
     fn is_unbounded(&self) -> bool {
-        self.memory.is_none() && self.pids.is_none()
+        self.memory.is_none() && self.pids.is_none() && self.cpus_millis.is_none()
     }
+}
+
+/// The scheduler period CPU quotas are given over (the kernel's default).
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// The quota in each period for `millis` thousandths of a CPU.
+fn cpu_quota_us(millis: u64) -> u64 {
+    (millis * CPU_PERIOD_US / 1000).max(1000)
 }
 
 /// One file to write in a group: name, value; `optional` files may be
@@ -77,6 +88,11 @@ fn groups(key: &str, bounds: Bounds) -> Result<Vec<(PathBuf, Vec<Limit>)>, Strin
             });
         }
         limits.extend(bounds.pids.map(pids));
+        limits.extend(bounds.cpus_millis.map(|millis| Limit {
+            file: "cpu.max",
+            value: format!("{} {CPU_PERIOD_US}", cpu_quota_us(millis)),
+            optional: false,
+        }));
         return Ok(vec![(Path::new(ROOT).join("berth").join(key), limits)]);
     }
     // v1: under this process's own group in each hierarchy.
@@ -117,6 +133,30 @@ fn groups(key: &str, bounds: Bounds) -> Result<Vec<(PathBuf, Vec<Limit>)>, Strin
             vec![pids(n)],
         ));
     }
+    if let Some(millis) = bounds.cpus_millis {
+        let path = own_path("cpu").ok_or("no cpu controller in /proc/self/cgroup")?;
+        // Mounted as `cpu` or as `cpu,cpuacct` (a link named `cpu` beside
+        // it on most hosts).
+        out.push((
+            Path::new(ROOT)
+                .join("cpu")
+                .join(path)
+                .join("berth")
+                .join(key),
+            vec![
+                Limit {
+                    file: "cpu.cfs_period_us",
+                    value: CPU_PERIOD_US.to_string(),
+                    optional: false,
+                },
+                Limit {
+                    file: "cpu.cfs_quota_us",
+                    value: cpu_quota_us(millis).to_string(),
+                    optional: false,
+                },
+            ],
+        ));
+    }
     Ok(out)
 }
 
@@ -130,9 +170,9 @@ pub(super) fn key(run_dir: &Path) -> String {
 fn unbounded_error(cause: String) -> BackendError {
     BackendError::Unconfined {
         backend: BACKEND,
-        cause: format!("cannot bound the sandbox's memory and processes: {cause}"),
+        cause: format!("cannot bound the sandbox's memory, processes and CPU: {cause}"),
         remedy: "run Berth as root, or where cgroups are delegated to its user; or give the sandbox \
-                 `memory=unlimited` and `pids=unlimited` (`-o memory=unlimited -o pids=unlimited`) to run it unbounded"
+                 `memory=unlimited`, `pids=unlimited` and `cpus=unlimited` (`-o memory=unlimited -o pids=unlimited -o cpus=unlimited`) to run it unbounded"
             .into(),
     }
 }
@@ -192,8 +232,8 @@ fn write_limits(dir: &Path, limits: &[Limit]) -> Result<(), BackendError> {
     Ok(())
 }
 
-/// cgroup v2: lets `berth/` and its children use the memory and pids
-/// controllers. Errors surface when the limits are written.
+/// cgroup v2: lets `berth/` and its children use the memory, pids and
+/// cpu controllers. Errors surface when the limits are written.
 fn enable_controllers(parent: &Path) {
     if !Path::new(ROOT).join("cgroup.controllers").exists() {
         return;
@@ -204,7 +244,7 @@ fn enable_controllers(parent: &Path) {
             .write(true)
             .open(dir.join("cgroup.subtree_control"))
         {
-            let _ = f.write_all(b"+memory +pids");
+            let _ = f.write_all(b"+memory +pids +cpu");
         }
     }
 }
@@ -215,6 +255,7 @@ pub(super) fn remove(key: &str) {
     let all = Bounds {
         memory: Some(1),
         pids: Some(1),
+        cpus_millis: Some(1),
     };
     let Ok(groups) = groups(key, all) else {
         return;

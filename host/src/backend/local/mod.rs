@@ -14,6 +14,7 @@
 
 mod cgroup;
 mod confine;
+mod options;
 mod seccomp;
 
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::host_process::Launch;
-use super::limits::{self, Bound};
+use super::limits::Bound;
 use super::Provisioned;
 use super::{
     ArchiveStream, Backend, BackendError, ExecProcess, ExecRequest, HelperCall, SandboxHelper,
@@ -30,6 +31,7 @@ use crate::workspace::archive;
 use crate::workspace::entries::BindMounts;
 
 pub use confine::{Isolation, UnknownIsolation};
+pub use options::{LocalOptions, LocalSettings, SETTINGS};
 
 const BACKEND: &str = "local backend";
 
@@ -66,6 +68,14 @@ pub struct LocalState {
     /// unbounded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
+    /// CPU time, in thousandths of a CPU; `None`: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_millis: Option<u64>,
+    /// The workspace's disk quota in bytes (an image mounted at
+    /// `root_dir`, see [`disk_image`](super::disk_image)); `None`:
+    /// unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
 }
 
 impl LocalState {
@@ -79,6 +89,8 @@ impl LocalState {
             binds: Vec::new(),
             memory_bytes: None,
             pids: None,
+            cpus_millis: None,
+            disk_bytes: None,
         }
     }
 
@@ -86,7 +98,18 @@ impl LocalState {
         cgroup::Bounds {
             memory: self.memory_bytes,
             pids: self.pids,
+            cpus_millis: self.cpus_millis,
         }
+    }
+
+    /// The workspace's disk image, when its disk is bounded.
+    fn disk(&self) -> Option<super::disk_image::DiskImage> {
+        self.disk_bytes.map(|bytes| super::disk_image::DiskImage {
+            image: self.run_dir().join("workspace.ext4"),
+            mount_point: self.root_dir.clone(),
+            bytes,
+            owner: None,
+        })
     }
 
     fn run_dir(&self) -> PathBuf {
@@ -100,175 +123,6 @@ impl LocalState {
 
 fn yes() -> bool {
     true
-}
-
-/// Settings of a new local sandbox.
-#[derive(Debug, Clone)]
-pub struct LocalOptions {
-    root_dir: Option<PathBuf>,
-    isolation: Isolation,
-    memory: Bound,
-    pids: Bound,
-}
-
-impl Default for LocalOptions {
-    fn default() -> Self {
-        LocalOptions {
-            root_dir: None,
-            isolation: Isolation::default(),
-            memory: Bound::At(limits::DEFAULT_MEMORY_BYTES),
-            pids: Bound::At(limits::DEFAULT_PIDS),
-        }
-    }
-}
-
-impl LocalOptions {
-    /// Keep the workspace in `dir` (created at start, deleted by
-    /// shutdown). By default, `<home>/workspaces/<session id>`.
-    pub fn root_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.root_dir = Some(dir.into());
-        self
-    }
-
-    /// How commands are contained. By default, [`Isolation::Confined`];
-    /// [`Isolation::None`] is for trusted work only and is logged as a
-    /// warning when the sandbox is created.
-    pub fn isolation(mut self, isolation: Isolation) -> Self {
-        self.isolation = isolation;
-        self
-    }
-
-    /// The memory the sandbox's processes may use together (swap
-    /// included), enforced by a control group of its own. By default,
-    /// [`limits::DEFAULT_MEMORY_BYTES`] (2 GiB); [`Bound::Unlimited`] is
-    /// logged as a warning when the sandbox is created.
-    pub fn memory(mut self, bound: Bound) -> Self {
-        self.memory = bound;
-        self
-    }
-
-    /// How many processes and threads the sandbox may hold at once. By
-    /// default, [`limits::DEFAULT_PIDS`] (1024).
-    pub fn pids(mut self, bound: Bound) -> Self {
-        self.pids = bound;
-        self
-    }
-}
-
-#[async_trait::async_trait]
-impl super::BackendOptions for LocalOptions {
-    fn kind(&self) -> &str {
-        KIND
-    }
-
-    async fn create(
-        self: Box<Self>,
-        context: &super::CreateContext<'_>,
-    ) -> Result<Box<dyn Backend>, BackendError> {
-        let root_dir = self
-            .root_dir
-            .unwrap_or_else(|| context.home.join("workspaces").join(context.session_id));
-        match self.isolation {
-            Isolation::Confined => confine::check().await?,
-            Isolation::None => tracing::warn!(
-                workspace = %root_dir.display(),
-                "this sandbox's commands run unconfined (isolation none): they have every right of the user running Berth on this host"
-            ),
-        }
-        for (bound, what) in [(self.memory, "memory"), (self.pids, "process count")] {
-            if bound == Bound::Unlimited {
-                limits::warn_unbounded(KIND, what);
-            }
-        }
-        let state = LocalState {
-            root_dir,
-            owned: true,
-            run_dir: Some(context.home.join("run").join(context.session_id)),
-            isolation: self.isolation,
-            binds: context.bind_mounts.to_vec(),
-            memory_bytes: self.memory.limit(),
-            pids: self.pids.limit(),
-        };
-        // Fails here, before anything exists, when the bounds cannot be
-        // kept on this host.
-        cgroup::prepare(&cgroup::key(&state.run_dir()), state.bounds())?;
-        Ok(Box::new(LocalBackend::new(state)))
-    }
-}
-
-/// The local backend's settings from a front end (`berth create
-/// --backend local -o root_dir=DIR`, the API's `{"type": "local"}`).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LocalSettings {
-    /// The host directory for the workspace; a relative one is taken
-    /// from the current directory.
-    #[serde(default)]
-    pub root_dir: Option<PathBuf>,
-    /// `confined` (the default) or `none`.
-    #[serde(default)]
-    pub isolation: Option<String>,
-    /// The memory bound, or unlimited.
-    #[serde(default, deserialize_with = "limits::lenient::size")]
-    pub memory: Option<Bound>,
-    /// The process bound, or unlimited.
-    #[serde(default, deserialize_with = "limits::lenient::count")]
-    pub pids: Option<Bound>,
-}
-
-/// What [`LocalSettings`] takes.
-pub const SETTINGS: &[super::SettingDoc] = &[
-    super::SettingDoc::optional(
-        "root_dir",
-        "PATH",
-        "the host directory for the workspace (default: <home>/workspaces/<session id>)",
-    ),
-    super::SettingDoc::optional(
-        "isolation",
-        "confined|none",
-        "confined (the default): commands in namespaces of their own, seeing only the workspace; none: as the user running Berth, for trusted work only",
-    ),
-    super::SettingDoc::optional(
-        "memory",
-        "SIZE|unlimited",
-        "memory its processes may use together, swap included (default: 2GiB; enforced by a control group; unlimited is warned about)",
-    ),
-    super::SettingDoc::optional(
-        "pids",
-        "COUNT|unlimited",
-        "processes and threads it may hold at once (default: 1024)",
-    ),
-];
-
-impl LocalSettings {
-    /// The options these settings make.
-    pub fn into_options(self) -> Result<LocalOptions, BackendError> {
-        let mut options = LocalOptions::default();
-        if let Some(dir) = self.root_dir {
-            let dir = std::path::absolute(&dir).map_err(|e| BackendError::Config {
-                backend: BACKEND,
-                message: format!("root_dir {}: {e}", dir.display()),
-            })?;
-            options = options.root_dir(dir);
-        }
-        if let Some(isolation) = self.isolation {
-            let isolation =
-                isolation
-                    .parse()
-                    .map_err(|e: UnknownIsolation| BackendError::Config {
-                        backend: BACKEND,
-                        message: e.to_string(),
-                    })?;
-            options = options.isolation(isolation);
-        }
-        if let Some(bound) = self.memory {
-            options = options.memory(bound);
-        }
-        if let Some(bound) = self.pids {
-            options = options.pids(bound);
-        }
-        Ok(options)
-    }
 }
 
 /// The local backend's [`BackendProvider`](super::BackendProvider).
@@ -325,7 +179,9 @@ impl super::BackendProvider for LocalProvider {
             LocalOptions::default()
                 .isolation(local.isolation)
                 .memory(bound(local.memory_bytes))
-                .pids(bound(local.pids)),
+                .pids(bound(local.pids))
+                .cpus_millis(bound(local.cpus_millis))
+                .disk(bound(local.disk_bytes)),
         ))
     }
 }
@@ -410,11 +266,20 @@ impl Backend for LocalBackend {
                 .await
                 .map_err(|e| Self::op_error("preparing the workspace parent directory", e))?;
         }
+        // A bounded workspace is its image, mounted again after a reboot
+        // (or made, the first time: an empty workspace).
+        if let Some(disk) = self.state.disk() {
+            disk.ensure_mounted(BACKEND).await?;
+        }
         Ok(Provisioned::Existing)
     }
 
     async fn instance_id(&self) -> Result<Option<String>, BackendError> {
         use std::os::unix::fs::MetadataExt;
+        // A bounded workspace is its image: the same after a remount.
+        if let Some(disk) = self.state.disk() {
+            return Ok(disk.identity());
+        }
         // A deleted and re-made directory is another workspace. Its inode
         // may be reused at once, so its birth time (nanoseconds, where the
         // filesystem records one) is part of the identity.
@@ -588,6 +453,13 @@ impl Backend for LocalBackend {
                     .status()
                     .await;
             }
+        }
+        // The image goes before the run directory that holds it: unmounted
+        // first, so the workspace directory is left empty.
+        if let Some(disk) = self.state.disk() {
+            disk.remove(BACKEND).await?;
+        }
+        if run_dir.is_dir() {
             let _ = tokio::fs::remove_dir_all(&run_dir).await;
         }
         cgroup::remove(&cgroup::key(&run_dir));
