@@ -24,6 +24,7 @@ mod moving;
 mod options;
 mod provider;
 mod pull;
+mod reown;
 pub mod run_args;
 pub mod runtime;
 mod settings;
@@ -474,7 +475,8 @@ impl Backend for DockerBackend {
         }
         // Through the archive API, no exec: a tar holding the root alone,
         // owned by the container's user (`copyUIDGID`, as the daemon reads
-        // it from the container's own user database), parents as needed.
+        // it from the container's own user database; a numeric user, which
+        // that database may not list, in the header), parents as needed.
         let relative = self.state.workspace_root.trim_matches('/');
         if relative.is_empty() {
             return Ok(());
@@ -484,6 +486,11 @@ impl Backend for DockerBackend {
         header.set_entry_type(tar::EntryType::Directory);
         header.set_mode(0o755);
         header.set_size(0);
+        let numeric = options::numeric_owner(self.state.user.as_deref());
+        if let Some((uid, gid)) = numeric {
+            header.set_uid(uid.into());
+            header.set_gid(gid.into());
+        }
         header.set_mtime(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -496,7 +503,7 @@ impl Backend for DockerBackend {
             .map_err(|e| op("creating the workspace root", e))?;
         let options = UploadToContainerOptionsBuilder::new()
             .path("/")
-            .copy_uidgid("1")
+            .copy_uidgid(if numeric.is_some() { "0" } else { "1" })
             .no_overwrite_dir_non_dir("1")
             .build();
         self.docker
@@ -627,15 +634,20 @@ impl Backend for DockerBackend {
 
     async fn write_archive(&self, stream: ArchiveStream) -> Result<(), BackendError> {
         // Owned by the container's user, whatever the archive says (as its
-        // own commands would have made them).
+        // own commands would have made them): looked up by the engine in
+        // the image's user database, or, for a numeric user it may not
+        // list, written into every entry on the way (see `reown`).
+        let numeric = options::numeric_owner(self.state.user.as_deref());
         let options = UploadToContainerOptionsBuilder::new()
             .path(&self.state.workspace_root)
-            .copy_uidgid("1")
+            .copy_uidgid(if numeric.is_none() { "1" } else { "0" })
             .build();
-        let body = bollard::body_try_stream(tokio_util::io::ReaderStream::with_capacity(
-            stream,
-            256 * 1024,
-        ));
+        let chunks = tokio_util::io::ReaderStream::with_capacity(stream, 256 * 1024);
+        let chunks = match numeric {
+            Some((uid, gid)) => reown::reown(chunks, uid, gid).boxed(),
+            None => chunks.boxed(),
+        };
+        let body = bollard::body_try_stream(chunks);
         let upload = async {
             self.docker
                 .upload_to_container(&self.target(), Some(options), body)

@@ -476,10 +476,10 @@ fn apply_bounds(state: &mut DockerState, bounds: &Bounds) {
     state.pids_limit = Some(bounds.pids.limit().map_or(-1, |n| n as i64));
 }
 
-/// The owner a workspace image's root gets for a numeric `UID[:GID]`
-/// user (a named one is looked up in the container when its root is
-/// made).
-fn numeric_owner(user: Option<&str>) -> Option<(u32, u32)> {
+/// The owner a numeric `UID[:GID]` user (not root) gives the workspace
+/// root, without the image's user database (a named one is looked up in
+/// the container).
+pub(crate) fn numeric_owner(user: Option<&str>) -> Option<(u32, u32)> {
     let mut parts = user?.split(':');
     let uid: u32 = parts.next()?.parse().ok()?;
     let gid = match parts.next() {
