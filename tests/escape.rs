@@ -325,6 +325,19 @@ const PROBES: &[Probe] = &[
         trace: None,
         needs: None,
     },
+    Probe {
+        // 300 MiB into a workspace whose quota is 256 MiB (the test's
+        // config.toml): stopped by ENOSPC, and the space given back.
+        name: "fill-disk",
+        harmful: false,
+        script: |_| {
+            "dd if=/dev/zero of=.fill bs=1M count=300 2>/dev/null; s=$(wc -c < .fill); rm -f .fill; \
+             if [ \"$s\" -ge 314572800 ]; then echo ESCAPED; fi"
+                .into()
+        },
+        trace: None,
+        needs: None,
+    },
 ];
 
 /// What a probe should come to on a tier.
@@ -485,6 +498,9 @@ async fn probe_backend(tier: &str, backend: BackendSpec) {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let (mut host, _socket) = Host::new(&home);
+    // The host-wide defaults file, as an operator writes it: a quota the
+    // fill-disk probe can pass quickly.
+    std::fs::write(home.join("config.toml"), "[sandbox]\ndisk = \"256MiB\"\n").unwrap();
     let client = berth_tests::client(&home);
     let mut sb = started(&client, backend).await;
     probe_tier(tier, &mut sb, &mut host).await;
@@ -637,7 +653,26 @@ fn a_host_that_cannot_confine_refuses_clearly_and_leaves_nothing() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot confine"));
     assert!(!ws.join("ran").exists(), "the command ran unconfined");
 
-    // The explicit opt-out works there, and is printed.
+    // The explicit opt-outs work there, and are printed. Root in a user
+    // namespace of its own cannot mount the workspace's disk image either:
+    // that refusal names its own way out.
+    let bounded = berth_without_user_namespaces(
+        &home,
+        &[
+            "create",
+            "open",
+            "--isolation",
+            "none",
+            "--snapshot",
+            "noop",
+        ],
+    );
+    let said = String::from_utf8_lossy(&bounded.stderr);
+    assert!(!bounded.status.success(), "{said}");
+    assert!(
+        said.contains("cannot bound") && said.contains("disk=unlimited"),
+        "{said}"
+    );
     let open = berth_without_user_namespaces(
         &home,
         &[
@@ -645,6 +680,8 @@ fn a_host_that_cannot_confine_refuses_clearly_and_leaves_nothing() {
             "open",
             "--isolation",
             "none",
+            "--disk",
+            "unlimited",
             "--snapshot",
             "noop",
         ],

@@ -4,6 +4,8 @@
 
 #[path = "agent.rs"]
 mod agent;
+#[path = "bounds.rs"]
+mod bounds;
 #[path = "cli.rs"]
 mod cli;
 #[path = "cli_manners.rs"]

@@ -124,18 +124,22 @@ impl DockerBackend {
     /// Mounts the workspace's disk image on this host before a container
     /// that binds it is made or started (after a reboot, the mount is
     /// gone and the container would see an empty directory). The image
-    /// must be on the engine's host: an engine reached over TCP is
-    /// refused.
+    /// must be on the engine's host: an engine reached over a unix
+    /// socket, or over TCP on this host's loopback; another is refused.
     pub(super) async fn ensure_disk(&self) -> Result<(), BackendError> {
         let Some(disk) = &self.state.disk else {
             return Ok(());
         };
         let endpoint = &self.engine.endpoint;
-        if !(endpoint.starts_with("unix://") || endpoint.starts_with('/')) {
-            return Err(BackendError::Unconfined {
+        let loopback = endpoint
+            .strip_prefix("tcp://")
+            .and_then(|rest| rest.rsplit_once(':'))
+            .is_some_and(|(host, _)| matches!(host, "127.0.0.1" | "localhost" | "[::1]"));
+        if !(endpoint.starts_with("unix://") || endpoint.starts_with('/') || loopback) {
+            return Err(BackendError::Unbounded {
                 backend: BACKEND,
                 cause: format!(
-                    "cannot bound the workspace's disk: the engine {} is not on this host, where the sandbox's disk image is",
+                    "the workspace's disk: the engine {} is not on this host, where the sandbox's disk image is",
                     self.engine.reference
                 ),
                 remedy: "use an engine on this host (a unix socket), or give the sandbox `disk=unlimited` (`-o disk=unlimited`)".into(),

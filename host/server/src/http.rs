@@ -95,6 +95,9 @@ impl From<berth::SandboxError> for ApiError {
             E::Backend(berth::BackendError::Unconfined { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unconfined")
             }
+            E::Backend(berth::BackendError::Unbounded { .. }) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unbounded")
+            }
             E::Backend(berth::BackendError::Settings(_) | berth::BackendError::Config { .. }) => {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }

@@ -39,9 +39,9 @@ pub struct DiskImage {
 
 /// Why a quota cannot be kept, for [`BackendError::Unconfined`].
 fn unbounded(backend: &'static str, cause: String) -> BackendError {
-    BackendError::Unconfined {
+    BackendError::Unbounded {
         backend,
-        cause: format!("cannot bound the workspace's disk: {cause}"),
+        cause: format!("the workspace's disk: {cause}"),
         remedy: "run Berth as root on a host with loop devices, mkfs.ext4 and mount; \
                  or give the sandbox `disk=unlimited` (`-o disk=unlimited`) to leave its workspace unbounded"
             .into(),

@@ -58,7 +58,7 @@ impl Bound {
 /// A CPU bound as a number of CPUs: `1`, `1.5`, `unlimited`.
 pub fn cpus_text(bound: Bound) -> String {
     match bound {
-        Bound::At(millis) if millis % 1000 == 0 => (millis / 1000).to_string(),
+        Bound::At(millis) if millis.is_multiple_of(1000) => (millis / 1000).to_string(),
         Bound::At(millis) => format!("{}", millis as f64 / 1000.0),
         Bound::Unlimited => "unlimited".into(),
     }
@@ -349,7 +349,7 @@ pub mod lenient {
         };
         let millis = |cpus: f64| {
             let millis = (cpus * 1000.0).round();
-            (cpus.is_finite() && millis >= 10.0 && millis < 1e12).then_some(millis as u64)
+            (cpus.is_finite() && (10.0..1e12).contains(&millis)).then_some(millis as u64)
         };
         match Option::<Value>::deserialize(d)? {
             None => Ok(None),

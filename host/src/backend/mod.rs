@@ -231,6 +231,18 @@ pub enum BackendError {
         /// The ways out.
         remedy: String,
     },
+    /// The sandbox's bounds (memory, processes, CPU, disk) cannot be kept
+    /// on this host (not root, cgroups not delegated, no loop devices), so
+    /// it runs nothing rather than run unbounded.
+    #[error("{backend} cannot bound the sandbox on this host: {cause}; {remedy}")]
+    Unbounded {
+        /// Which backend.
+        backend: &'static str,
+        /// What is missing or refused.
+        cause: String,
+        /// The ways out.
+        remedy: String,
+    },
     /// An operation failed; the cause is the source.
     #[error("{backend}: {operation} failed")]
     Operation {

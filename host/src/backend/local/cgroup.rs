@@ -168,9 +168,9 @@ pub(super) fn key(run_dir: &Path) -> String {
 }
 
 fn unbounded_error(cause: String) -> BackendError {
-    BackendError::Unconfined {
+    BackendError::Unbounded {
         backend: BACKEND,
-        cause: format!("cannot bound the sandbox's memory, processes and CPU: {cause}"),
+        cause: format!("its memory, processes and CPU: {cause}"),
         remedy: "run Berth as root, or where cgroups are delegated to its user; or give the sandbox \
                  `memory=unlimited`, `pids=unlimited` and `cpus=unlimited` (`-o memory=unlimited -o pids=unlimited -o cpus=unlimited`) to run it unbounded"
             .into(),

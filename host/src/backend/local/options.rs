@@ -12,21 +12,11 @@ use crate::backend::limits::{self, Bound};
 use crate::backend::{disk_image, Backend, BackendError};
 
 /// Settings of a new local sandbox.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct LocalOptions {
     root_dir: Option<PathBuf>,
     isolation: Isolation,
     bounds: limits::Chosen,
-}
-
-impl Default for LocalOptions {
-    fn default() -> Self {
-        LocalOptions {
-            root_dir: None,
-            isolation: Isolation::default(),
-            bounds: limits::Chosen::default(),
-        }
-    }
 }
 
 impl LocalOptions {
