@@ -29,7 +29,8 @@ impl BackendUnderTest for Local {
     async fn inflict(&self, disaster: Disaster, state: &SandboxState) -> Result<(), String> {
         match disaster {
             Disaster::WorkspaceDeleted => {
-                std::fs::remove_dir_all(local_root(state)).map_err(|e| e.to_string())
+                berth_tests::remove_workspace(local_root(state));
+                Ok(())
             }
             other => Err(format!("the local backend cannot suffer {other:?}")),
         }
@@ -91,7 +92,20 @@ impl BackendUnderTest for Docker {
         match disaster {
             Disaster::InstanceRemoved => docker_cli(&["rm", "-f", &id]),
             Disaster::InstanceStopped => docker_cli(&["stop", "-t", "1", &id]),
-            Disaster::WorkspaceDeleted => docker_cli(&["exec", &id, "rm", "-rf", "/workspace"]),
+            // A workspace with a disk quota is its image: losing it is
+            // losing the image (the mount point itself cannot be removed).
+            Disaster::WorkspaceDeleted => match state
+                .backend
+                .decode::<berth_docker::DockerState>()
+                .map_err(|e| e.to_string())?
+                .disk
+            {
+                Some(disk) => {
+                    berth_tests::remove_workspace(&disk.mount_point);
+                    Ok(())
+                }
+                None => docker_cli(&["exec", &id, "rm", "-rf", "/workspace"]),
+            },
             other => Err(format!("not a Docker disaster: {other:?}")),
         }
     }

@@ -129,7 +129,7 @@ fn sandbox_commands_as_a_new_user_would_use_them() {
 
     // Lose the workspace; the next exec restores it from the snapshot.
     let root = state["root_dir"].as_str().unwrap();
-    std::fs::remove_dir_all(root).unwrap();
+    berth_tests::remove_workspace(root);
     let (code, out, err) = berth(&["exec", "agent1", "--", "cat agent.txt"]);
     assert_eq!((code, out.as_str()), (0, "work\n"), "{err}");
 

@@ -156,7 +156,7 @@ fn trials(snapshot: &str, home: &Path, seed: u64) {
             cli.ok(&["rm", "check"]);
             listing
         } else {
-            std::fs::remove_dir_all(&root).unwrap();
+            berth_tests::remove_workspace(&root);
             cli.run(&["exec", name, "--", LISTING])
         };
         assert_eq!(

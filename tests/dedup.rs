@@ -242,7 +242,7 @@ fn stops_upload_what_changed_and_restore_from_the_store() {
 
     // Restore from the store alone: workspace and cache gone.
     let want = berth_ok(&home, &["exec", "d", "--", MANIFEST]);
-    std::fs::remove_dir_all(local_root(&berth_state(&home, "d"))).unwrap();
+    berth_tests::remove_workspace(local_root(&berth_state(&home, "d")));
     std::fs::remove_dir_all(home.join("cache")).unwrap();
     let out = Command::new(berth_bin())
         .env("BERTH_HOME", &home)
@@ -292,7 +292,7 @@ fn a_missing_or_damaged_pack_fails_the_restore_and_extracts_nothing() {
     let victim = store.join(format!("{}.tar", all[all.len() - 1]));
     let saved = std::fs::read(&victim).unwrap();
     std::fs::remove_file(&victim).unwrap();
-    std::fs::remove_dir_all(&root).unwrap();
+    berth_tests::remove_workspace(&root);
     let out = berth_uncached(&home, &["start", "p"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
@@ -399,7 +399,7 @@ fn gc_removes_what_a_killed_stop_left() {
     // The sandbox still works: a stop commits, a restore brings it back.
     berth_ok(&home, &["stop", "k"]);
     let want = berth_ok(&home, &["exec", "k", "--", "sha256sum big*.bin a.txt"]);
-    std::fs::remove_dir_all(local_root(&berth_state(&home, "k"))).unwrap();
+    berth_tests::remove_workspace(local_root(&berth_state(&home, "k")));
     assert_eq!(
         berth_ok(&home, &["exec", "k", "--", "sha256sum big*.bin a.txt"]),
         want
@@ -460,7 +460,7 @@ fn forks_start_from_the_source_and_share_its_chunks() {
     berth_ok(&home, &["stop", "src"]);
     berth_ok(&home, &["gc"]);
     let root = local_root(&berth_state(&home, "agent1"));
-    std::fs::remove_dir_all(&root).unwrap();
+    berth_tests::remove_workspace(&root);
     std::fs::remove_dir_all(home.join("cache")).unwrap();
     assert_eq!(
         berth_ok(
@@ -505,7 +505,7 @@ async fn language_stores_hold_deduplicated_snapshots_unchanged() {
         let stats = record(&sb.state()).last_stop.unwrap();
         assert!(stats.new_bytes < 1 << 20, "{name}: {stats:?}");
         let want = sh_in(&ws, MANIFEST);
-        std::fs::remove_dir_all(&ws).unwrap();
+        berth_tests::remove_workspace(&ws);
         let mut sb = client
             .resume(sb.state(), Some(spec), Default::default())
             .await
@@ -565,7 +565,7 @@ fn s3_store_on_garage_receives_only_what_changed() {
     assert_eq!(objects2, objects1 + 1);
     assert!(bytes2 <= bytes1 + (4 << 20), "{bytes1} -> {bytes2}");
     let want = berth_ok(&home, &["exec", "g", "--", "sha256sum big.bin"]);
-    std::fs::remove_dir_all(local_root(&berth_state(&home, "g"))).unwrap();
+    berth_tests::remove_workspace(local_root(&berth_state(&home, "g")));
     let out = berth_uncached(&home, &["exec", "g", "--", "sha256sum big.bin"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
@@ -650,7 +650,7 @@ fn a_store_that_streams_forever_is_cut_off_at_the_index_cap() {
     )
     .unwrap();
     let root = local_root(&berth_state(&home, "f"));
-    std::fs::remove_dir_all(&root).unwrap();
+    berth_tests::remove_workspace(&root);
     let started = std::time::Instant::now();
     let out = berth_uncached(&home, &["start", "f"]);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -355,7 +355,7 @@ fn rm_of_deduplicated_snapshots_keeps_what_forks_need_and_gc_orphans_collects_th
     // f1 still restores from nothing: its workspace gone, its own
     // generation needs the source's packs.
     let f1 = berth_state(&home, "f1");
-    std::fs::remove_dir_all(berth_tests::local_root(&f1)).unwrap();
+    berth_tests::remove_workspace(berth_tests::local_root(&f1));
     assert_eq!(berth_ok(&home, &["exec", "f1", "--", "cat n"]), "fork\n");
     assert_eq!(berth_ok(&home, &["exec", "f1", "--", "sha256sum big"]), big);
     let dry = berth_ok(&home, &["gc", "--orphans"]);
@@ -468,7 +468,7 @@ fn output_reads_as_words_and_columns_line_up() {
     );
     assert!(!out.contains("1 calls"), "{out}");
     let b = berth_state(&home, "b");
-    std::fs::remove_dir_all(berth_tests::local_root(&b)).unwrap();
+    berth_tests::remove_workspace(berth_tests::local_root(&b));
     let out = berth_ok(&home, &["start", "b"]);
     assert_eq!(
         out.trim(),

@@ -334,11 +334,12 @@ async fn hostile_corpus_is_refused_or_made_harmless() {
             tree(&outside)
         );
         // Beside the root: only the client's home, holding only the
-        // sandbox's saved state.
+        // sandbox's saved state and its run directory (the workspace's
+        // disk image).
         assert_eq!(tree(work.path()), vec!["home", "root"], "{}", case.name);
         assert_eq!(
             tree(&work.path().join("home")),
-            vec!["state"],
+            vec!["run", "state"],
             "{}",
             case.name
         );

@@ -165,7 +165,7 @@ fn an_interrupted_stop_keeps_the_previous_snapshot_and_leaves_no_archive() {
     // Whole: a stop now succeeds, and a restore from it has everything.
     berth_ok(home, &["stop", "box"]);
     let root = berth_tests::local_root(&berth_state(home, "box"));
-    std::fs::remove_dir_all(&root).unwrap();
+    berth_tests::remove_workspace(&root);
     let check = berth_ok(
         home,
         &[

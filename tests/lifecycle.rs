@@ -96,7 +96,7 @@ async fn four_start_branches_stop_and_resume() {
     );
 
     // B: root ready but gone → rebuilt from the snapshot.
-    std::fs::remove_dir_all(&root).unwrap();
+    berth_tests::remove_workspace(&root);
     let mut sb = resume_from_json(&client, &state).await;
     assert_eq!(
         sb.start().await.unwrap(),
@@ -126,7 +126,7 @@ async fn four_start_branches_stop_and_resume() {
     // C: not ready, snapshot restorable → restore (e.g. state was reset).
     let mut lost = state.clone();
     lost.workspace_root_ready = false;
-    std::fs::remove_dir_all(&root).unwrap();
+    berth_tests::remove_workspace(&root);
     let mut sb = resume_from_json(&client, &lost).await;
     assert_eq!(sb.start().await.unwrap(), StartBranch::Restore);
     assert_eq!(run(&sb, "cat agent.txt").await, "agent-work\n");
@@ -266,7 +266,7 @@ async fn digest_mismatch_is_refused_and_nothing_is_extracted() {
     let mut changed = stored.clone();
     changed[at..at + 8].copy_from_slice(b"ORIGINAL");
     std::fs::write(&archive, &changed).unwrap();
-    std::fs::remove_dir_all(&root).unwrap();
+    berth_tests::remove_workspace(&root);
     let mut sb = resume_from_json(&client, &state).await;
     match sb.start().await {
         Err(SandboxError::DigestMismatch {

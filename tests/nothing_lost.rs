@@ -324,7 +324,7 @@ async fn stop_refuses_a_workspace_that_replaced_the_one_it_set_up() {
     let good = std::fs::read(dir.path().join("snaps/guarded.tar")).unwrap();
 
     // The directory is deleted and something makes a new, empty one.
-    std::fs::remove_dir_all(&root).unwrap();
+    berth_tests::remove_workspace(&root);
     std::fs::create_dir(&root).unwrap();
     let err = sb.stop().await.unwrap_err();
     let text = err.to_string();
@@ -359,7 +359,7 @@ fn a_sparse_file_survives_stop_and_start_through_the_cli() {
     );
     berth_ok(home, &["stop", "sp"]);
     let root = local_root(&berth_state(home, "sp"));
-    std::fs::remove_dir_all(&root).unwrap();
+    berth_tests::remove_workspace(&root);
     berth_ok(home, &["start", "sp"]);
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(root.join("sparse.img")).unwrap();

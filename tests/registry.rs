@@ -330,7 +330,7 @@ async fn push_prints_a_stable_digest_and_a_pinned_reference_loads_offline() {
     );
     ok(berth_registry(h, &reg.addr, h, &["stop", "r1"]), "stop");
     let state = berth_tests::berth_state(h, "r1");
-    std::fs::remove_dir_all(berth_tests::local_root(&state)).unwrap();
+    berth_tests::remove_workspace(berth_tests::local_root(&state));
     ok(berth_registry(h, &reg.addr, h, &["start", "r1"]), "start");
     let out = ok(
         berth_registry(

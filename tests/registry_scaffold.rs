@@ -146,7 +146,7 @@ fn scaffold_round_trip(test: &str, lang: &str, tools: &[&str]) {
     );
     ok(run(h, &["stop", "s1"]), "stop");
     let state = berth_tests::berth_state(h, "s1");
-    std::fs::remove_dir_all(berth_tests::local_root(&state)).unwrap();
+    berth_tests::remove_workspace(berth_tests::local_root(&state));
     ok(run(h, &["start", "s1"]), "start");
     let after = ok(
         run(

@@ -121,7 +121,7 @@ impl Raw {
             assert!(out.status.success(), "docker {args:?}: {out:?}");
         };
         match (self, disaster) {
-            (Raw::Dir(d), Disaster::WorkspaceDeleted) => std::fs::remove_dir_all(d).unwrap(),
+            (Raw::Dir(d), Disaster::WorkspaceDeleted) => berth_tests::remove_workspace(d),
             (Raw::Container { id, .. }, Disaster::Stopped) => docker(&["stop", "-t", "1", id]),
             (Raw::Container { id, .. }, Disaster::Paused) => docker(&["pause", id]),
             (Raw::Container { id, .. }, Disaster::Removed | Disaster::RemovedNoRootInImage) => {

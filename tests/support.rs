@@ -504,3 +504,33 @@ pub fn container_paused(container: &str) -> bool {
     );
     String::from_utf8_lossy(&out.stdout).trim() == "true"
 }
+
+/// Loses a local sandbox's workspace, as a disaster would: the directory
+/// and, for a workspace with a disk quota (an image mounted there), the
+/// image it is (unmounted first; a mounted directory cannot be removed).
+pub fn remove_workspace(root: impl AsRef<Path>) {
+    let root = root.as_ref();
+    let canonical = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let device = table.lines().rev().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        (Path::new(left.split(' ').nth(4)?) == canonical)
+            .then(|| right.split(' ').nth(1).map(str::to_string))?
+    });
+    if let Some(device) = device {
+        let name = Path::new(&device)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let image = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))
+            .expect("a workspace mount is a loop device");
+        let status = std::process::Command::new("umount")
+            .arg(root)
+            .status()
+            .unwrap();
+        assert!(status.success(), "umount {}", root.display());
+        std::fs::remove_file(image.trim()).unwrap();
+    }
+    std::fs::remove_dir_all(root).unwrap();
+}

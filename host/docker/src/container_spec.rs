@@ -126,9 +126,11 @@ impl DockerBackend {
     /// gone and the container would see an empty directory). The image
     /// must be on the engine's host: an engine reached over a unix
     /// socket, or over TCP on this host's loopback; another is refused.
-    pub(super) async fn ensure_disk(&self) -> Result<(), BackendError> {
+    pub(super) async fn ensure_disk(
+        &self,
+    ) -> Result<Option<berth::backend::disk_image::Mounted>, BackendError> {
         let Some(disk) = &self.state.disk else {
-            return Ok(());
+            return Ok(None);
         };
         let endpoint = &self.engine.endpoint;
         let loopback = endpoint
@@ -145,7 +147,7 @@ impl DockerBackend {
                 remedy: "use an engine on this host (a unix socket), or give the sandbox `disk=unlimited` (`-o disk=unlimited`)".into(),
             });
         }
-        disk.ensure_mounted(BACKEND).await
+        disk.ensure_mounted(BACKEND).await.map(Some)
     }
 
     /// Creates and starts the container (the image pulled as the state

@@ -342,8 +342,23 @@ impl DockerBackend {
 #[async_trait::async_trait]
 impl Backend for DockerBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
-        self.ensure_disk().await?;
-        let found = self.find_container().await?;
+        let disk = self.ensure_disk().await?;
+        let mut found = self.find_container().await?;
+        if disk == Some(berth::backend::disk_image::Mounted::New)
+            && found.is_some()
+            && self.state.container_owned
+        {
+            // The workspace's image was lost: the container binds one that
+            // is gone. It is made again over the new image, and the start
+            // restores the workspace into it.
+            tracing::warn!(name = %self.state.container_name, "the workspace's disk image was lost; making the container again");
+            let options = RemoveContainerOptionsBuilder::new().force(true).build();
+            self.docker
+                .remove_container(&self.state.container_name, Some(options))
+                .await
+                .map_err(|e| api("removing the container of a lost workspace", e))?;
+            found = None;
+        }
         let Some(info) = found else {
             tracing::info!(name = %self.state.container_name, "container gone; creating it again");
             self.state.container_id = None;

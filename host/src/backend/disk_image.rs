@@ -108,6 +108,19 @@ fn loop_backing_file(device: &str) -> Option<PathBuf> {
     Some(PathBuf::from(text.trim().trim_end_matches(" (deleted)")))
 }
 
+/// What [`DiskImage::ensure_mounted`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mounted {
+    /// It was mounted already.
+    Already,
+    /// The image was there and is mounted again (after a reboot).
+    Again,
+    /// There was no image: a new, empty one is mounted. Whatever held
+    /// the old one (a container's bind mount) holds a workspace that is
+    /// gone.
+    New,
+}
+
 impl DiskImage {
     /// Whether this image is mounted at its mount point. Another
     /// filesystem mounted there is an error.
@@ -155,9 +168,9 @@ impl DiskImage {
     /// Mounts the image at its mount point, making both first where they
     /// do not exist. Does nothing when it is mounted already. A mount
     /// point that holds files is refused (they would be hidden).
-    pub async fn ensure_mounted(&self, backend: &'static str) -> Result<(), BackendError> {
+    pub async fn ensure_mounted(&self, backend: &'static str) -> Result<Mounted, BackendError> {
         if self.is_mounted(backend)? {
-            return Ok(());
+            return Ok(Mounted::Already);
         }
         let io = |what: &str, path: &Path, e: std::io::Error| {
             unbounded(backend, format!("{what} {}: {e}", path.display()))
@@ -183,7 +196,7 @@ impl DiskImage {
         .map_err(|e| unbounded(backend, format!("locking {}: {e}", lock_path.display())))?
         .map_err(|e| io("locking", &lock_path, e))?;
         if self.is_mounted(backend)? {
-            return Ok(());
+            return Ok(Mounted::Already);
         }
         self.check_mount_point(backend)?;
         tokio::fs::create_dir_all(&self.mount_point)
@@ -211,7 +224,7 @@ impl DiskImage {
         }
         tracing::debug!(image = %self.image.display(), at = %self.mount_point.display(), "workspace disk mounted");
         drop(lock);
-        Ok(())
+        Ok(if made { Mounted::New } else { Mounted::Again })
     }
 
     /// Makes the sparse image and its filesystem.

@@ -269,6 +269,7 @@ impl Backend for LocalBackend {
         // A bounded workspace is its image, mounted again after a reboot
         // (or made, the first time: an empty workspace).
         if let Some(disk) = self.state.disk() {
+            // A new image is a new identity: the start restores into it.
             disk.ensure_mounted(BACKEND).await?;
         }
         Ok(Provisioned::Existing)
