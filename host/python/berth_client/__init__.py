@@ -378,6 +378,15 @@ class Berth:
         "settings": [{"key", "value", "required", "help"}, ...]}``."""
         return self._json("GET", f"{API}/backends")
 
+    def defaults(self) -> dict:
+        """The bounds a new sandbox gets where its settings say nothing:
+        ``{"file", "file_exists", "defaults": [{"key", "value",
+        "from_file", "help"}, ...]}`` for ``memory``, ``pids``, ``cpus`` and
+        ``disk``, from the server's ``$BERTH_HOME/config.toml`` over Berth's
+        own. A create overrides each with its ``backend`` settings
+        (``{"type": "local", "disk": "20GiB"}``)."""
+        return self._json("GET", f"{API}/defaults")
+
     def sandboxes(self) -> list:
         """Every sandbox: ``name``, ``backend``, ``snapshot``, ``ready``, …"""
         return self._json("GET", f"{API}/sandboxes")

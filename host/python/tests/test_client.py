@@ -195,6 +195,21 @@ class ClientTest(unittest.TestCase):
         names = [s["name"] for s in self.berth.sandboxes()]
         self.assertIn(self.name, names)
 
+    def test_j_defaults_are_listed_and_a_disk_quota_holds(self):
+        defaults = self.berth.defaults()
+        keys = [d["key"] for d in defaults["defaults"]]
+        self.assertEqual(keys, ["memory", "pids", "cpus", "disk"])
+        self.assertTrue(defaults["file"].endswith("config.toml"))
+        name = "py-disk-" + uuid.uuid4().hex[:8]
+        box = self.berth.create(name, backend="docker", image=IMAGE, disk="32MiB")
+        try:
+            full = box.exec("dd if=/dev/zero of=fill bs=1M count=64")
+            self.assertNotEqual(full.exit_code, 0)
+            self.assertIn("No space left", full.stderr)
+            self.assertEqual(box.exec("rm fill && echo room").stdout, "room\n")
+        finally:
+            box.remove()
+
 
 class TcpAndLimitsTest(unittest.TestCase):
     """A server on loopback TCP with a token and a file-size limit
