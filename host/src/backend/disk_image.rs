@@ -6,8 +6,8 @@
 //! Why an image: it bounds a workspace on any host filesystem (ext4 and
 //! overlay2 here, where `--storage-opt size` and project quotas are not
 //! available), needs nothing from the engine, and costs one `mkfs.ext4`
-//! (about 10 ms, the image is sparse) at the first start and one `mount`
-//! after a reboot. The host pays only for the blocks the workspace holds
+//! (about 20 ms; the image is sparse) at the first start and one `mount`
+//! (about 20 ms) then and after a reboot. The host pays only for the blocks the workspace holds
 //! (`discard` gives deleted ones back). `mkfs.ext4` (e2fsprogs) and
 //! `mount`/`umount` (util-linux) do the work: there is no library for
 //! making an ext4 filesystem, and mounting through `mount(8)` sets up and
