@@ -416,7 +416,9 @@ async fn a_container_of_another_sandbox_is_never_adopted_by_name() {
 
 /// A restore streams in one pass, extracting while it validates: an
 /// archive whose last entry the hydrate policy refuses (after good ones)
-/// must leave the workspace as empty as it was, with no staging left over.
+/// must leave the workspace as it was (the container is gone, its disk
+/// image on the host is not: the workspace it held), with nothing of the
+/// refused archive and no staging left over.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_refused_at_its_last_entry_leaves_nothing_behind() {
     let Some(docker) =
@@ -481,7 +483,16 @@ async fn a_restore_refused_at_its_last_entry_leaves_nothing_behind() {
         .output()
         .unwrap();
     assert!(ls.status.success(), "{ls:?}");
-    assert_eq!(String::from_utf8_lossy(&ls.stdout), "", "left behind");
+    assert_eq!(
+        String::from_utf8_lossy(&ls.stdout),
+        "a.txt\n",
+        "left behind"
+    );
+    let cat = std::process::Command::new("docker")
+        .args(["exec", &new_id, "cat", "/workspace/a.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cat.stdout), "good\n", "{cat:?}");
     assert!(!sb.state().workspace_root_ready);
 
     // A well-formed archive that is not the one persisted: refused by its
@@ -501,6 +512,10 @@ async fn a_restore_refused_at_its_last_entry_leaves_nothing_behind() {
         .args(["exec", &container_id(&sb.state()), "ls", "-A", "/workspace"])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&ls.stdout), "", "left behind");
+    assert_eq!(
+        String::from_utf8_lossy(&ls.stdout),
+        "a.txt\n",
+        "left behind"
+    );
     sb.shutdown().await.unwrap();
 }

@@ -315,6 +315,15 @@ fn images_are_pulled_from_the_registry_and_pull_never_refuses() {
     start_engine2(&e);
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
+    // A container left by another test would keep the image's layers
+    // (rmi would only untag it, and the pull would fetch nothing).
+    let users = docker2(
+        &e,
+        &["ps", "-aq", "--filter", &format!("ancestor={}", e.image)],
+    );
+    for id in String::from_utf8_lossy(&users.stdout).split_whitespace() {
+        let _ = docker2(&e, &["rm", "-f", id]);
+    }
     let _ = docker2(&e, &["rmi", "-f", &e.image]);
     berth_tests::assert_gone(&docker2(&e, &["image", "inspect", &e.image]), "the image");
     let create = |name: &str, extra: &[&str]| {

@@ -64,7 +64,11 @@ pub(super) async fn sandbox_over(
             SandboxSpec::new(WorkspaceSpec::default())
                 .snapshot(snapshot)
                 .backend(BackendSpec::new(
-                    berth::backend::local::LocalOptions::default().root_dir(src.to_path_buf()),
+                    // Over a directory that holds the workspace already:
+                    // no disk image can be mounted there.
+                    berth::backend::local::LocalOptions::default()
+                        .root_dir(src.to_path_buf())
+                        .disk(berth::backend::limits::Bound::Unlimited),
                 )),
         )
         .await?;

@@ -145,7 +145,20 @@ async fn main() -> anyhow::Result<ExitCode> {
     );
     let state_json = state.to_json()?;
 
-    step(5, "Disaster: the workspace directory is deleted");
+    step(
+        5,
+        "Disaster: the workspace is lost, with the disk image that holds it",
+    );
+    if let Some(disk) = state.backend.decode::<LocalState>()?.disk() {
+        disk.remove(berth::backend::local::KIND)
+            .await
+            .context("unmounting and deleting the workspace's disk image")?;
+        println!(
+            "    umount {0} && rm {1}",
+            root.display(),
+            disk.image.display()
+        );
+    }
     std::fs::remove_dir_all(&root).context("deleting the workspace")?;
     println!("    rm -rf {}", root.display());
 

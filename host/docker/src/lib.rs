@@ -344,6 +344,26 @@ impl Backend for DockerBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
         let disk = self.ensure_disk().await?;
         let mut found = self.find_container().await?;
+        if let (Some(info), true) = (&found, self.state.container_owned) {
+            // A container found by name may be another sandbox's: never
+            // adopt it (two sandboxes in one container would each persist
+            // the other's work), and never remove it.
+            let session = info
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get("berth.session"));
+            if session != Some(&self.session_id) {
+                return Err(BackendError::Config {
+                    backend: BACKEND,
+                    message: format!(
+                        "a container named {} exists but belongs to {}; pick another name, or remove it if it is stale",
+                        self.state.container_name,
+                        session.map_or("no Berth sandbox".to_string(), |s| format!("Berth session {s}"))
+                    ),
+                });
+            }
+        }
         if disk == Some(berth::backend::disk_image::Mounted::New)
             && found.is_some()
             && self.state.container_owned
@@ -369,26 +389,6 @@ impl Backend for DockerBackend {
             }
             return Ok(Provisioned::Created);
         };
-        if self.state.container_owned {
-            // A container found by name may be another sandbox's: never
-            // adopt it (two sandboxes in one container would each persist
-            // the other's work).
-            let session = info
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.as_ref())
-                .and_then(|l| l.get("berth.session"));
-            if session != Some(&self.session_id) {
-                return Err(BackendError::Config {
-                    backend: BACKEND,
-                    message: format!(
-                        "a container named {} exists but belongs to {}; pick another name, or remove it if it is stale",
-                        self.state.container_name,
-                        session.map_or("no Berth sandbox".to_string(), |s| format!("Berth session {s}"))
-                    ),
-                });
-            }
-        }
         if let Some(wanted) = &self.state.runtime {
             let actual = info.host_config.as_ref().and_then(|h| h.runtime.as_deref());
             runtime::check_container(&self.state.container_name, wanted, actual)?;

@@ -96,7 +96,12 @@ impl BackendProvider for DockerProvider {
         state: &BackendState,
         session_id: &str,
     ) -> Result<(), BackendError> {
-        let mut backend = DockerBackend::connect(state.decode()?, session_id, None).await?;
+        let mut orphan: DockerState = state.decode()?;
+        // The workspace's disk image is on this host, one per sandbox: the
+        // instance that holds the sandbox now mounts it, and removes it
+        // when the sandbox goes. An orphan's container only binds it.
+        orphan.disk = None;
+        let mut backend = DockerBackend::connect(orphan, session_id, None).await?;
         backend.destroy().await
     }
 }

@@ -307,7 +307,13 @@ impl BackendOptions for SwarmOptions {
             });
         }
         // A swarm sandbox's workspace is in its container's layer on
-        // whichever node runs it: no disk quota here.
+        // whichever node runs it: no disk quota here, and it says so.
+        if context.defaults.disk != Bound::Unlimited {
+            tracing::warn!(
+                backend = super::KIND,
+                "this sandbox's workspace disk is not bounded: a swarm sandbox's workspace lives in its container on whichever node runs it, where the host's disk default cannot apply"
+            );
+        }
         let bounds = Chosen {
             disk: Some(Bound::Unlimited),
             ..self.bounds

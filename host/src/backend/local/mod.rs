@@ -102,8 +102,9 @@ impl LocalState {
         }
     }
 
-    /// The workspace's disk image, when its disk is bounded.
-    fn disk(&self) -> Option<super::disk_image::DiskImage> {
+    /// The workspace's disk image (mounted at `root_dir`), when its disk
+    /// is bounded.
+    pub fn disk(&self) -> Option<super::disk_image::DiskImage> {
         self.disk_bytes.map(|bytes| super::disk_image::DiskImage {
             image: self.run_dir().join("workspace.ext4"),
             mount_point: self.root_dir.clone(),
