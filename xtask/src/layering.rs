@@ -74,6 +74,11 @@ pub(crate) const RULES: &[CrateRule] = &[
         registrations: &[],
     },
     CrateRule {
+        src: "host/egress/src",
+        kinds: &[],
+        registrations: &[],
+    },
+    CrateRule {
         src: "host/agent/src",
         kinds: &[],
         registrations: &[],

@@ -1,0 +1,29 @@
+//! Berth's egress policy and the checks its egress point makes.
+//!
+//! A sandbox with a policy reaches nothing but Berth's egress point, on the
+//! host; every connection it asks for is checked here:
+//!
+//! - [`EgressPolicy::decide`]: the name (or IP literal) and port asked for,
+//!   against the deny rules first, then the allow rules. Default deny.
+//! - [`EgressPolicy::check_address`]: each address the host's resolver
+//!   gives for an allowed name, so a name cannot lead into loopback,
+//!   private, link-local or metadata addresses unless an `--allow-cidr`
+//!   rule names them (DNS rebinding).
+//! - [`client_hello_sni`]: the server name a TLS ClientHello carries, which
+//!   must name the host the connection was allowed for.
+//!
+//! Every refusal is a [`Denial`] that says which rule (or which missing
+//! rule) refused it, for the connection log.
+//!
+//! The checks are pure: no I/O, no resolver, no clock. The egress point
+//! that applies them owns those.
+
+mod address;
+mod policy;
+mod rules;
+mod sni;
+
+pub use address::AddressClass;
+pub use policy::{Allowed, Denial, EgressPolicy, DEFAULT_PORTS};
+pub use rules::{CidrRule, HostRule, RuleError};
+pub use sni::{client_hello_sni, Sni, MAX_CLIENT_HELLO};
