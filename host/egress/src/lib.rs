@@ -13,17 +13,19 @@
 //!   must name the host the connection was allowed for.
 //!
 //! Every refusal is a [`Denial`] that says which rule (or which missing
-//! rule) refused it, for the connection log.
+//! rule) refused it, for the [`ConnectionLog`], a bounded ring per sandbox.
 //!
 //! The checks are pure: no I/O, no resolver, no clock. The egress point
 //! that applies them owns those.
 
 mod address;
+mod log;
 mod policy;
 mod rules;
 mod sni;
 
 pub use address::AddressClass;
+pub use log::{Connection, ConnectionLog, Verdict, DEFAULT_LOG_ENTRIES};
 pub use policy::{Allowed, Denial, EgressPolicy, DEFAULT_PORTS};
 pub use rules::{CidrRule, HostRule, RuleError};
 pub use sni::{client_hello_sni, Sni, MAX_CLIENT_HELLO};
