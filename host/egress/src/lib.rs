@@ -15,17 +15,20 @@
 //! Every refusal is a [`Denial`] that says which rule (or which missing
 //! rule) refused it, for the [`ConnectionLog`], a bounded ring per sandbox.
 //!
-//! The checks are pure: no I/O, no resolver, no clock. The egress point
-//! that applies them owns those.
+//! The checks are pure: no I/O, no resolver, no clock. [`EgressPoint`]
+//! applies them: the HTTP proxy on the host a sandbox reaches instead of
+//! the network.
 
 mod address;
 mod log;
+mod point;
 mod policy;
 mod rules;
 mod sni;
 
 pub use address::AddressClass;
 pub use log::{Connection, ConnectionLog, Verdict, DEFAULT_LOG_ENTRIES};
+pub use point::{EgressPoint, Resolver, CLIENT_DEADLINE, CONNECT_DEADLINE, MAX_REQUEST_HEAD};
 pub use policy::{Allowed, Denial, EgressPolicy, DEFAULT_PORTS};
 pub use rules::{CidrRule, HostRule, RuleError};
 pub use sni::{client_hello_sni, Sni, MAX_CLIENT_HELLO};

@@ -81,16 +81,23 @@ impl ConnectionLog {
     /// Adds bytes to the connection recorded as `sequence`, if the log
     /// still holds it.
     pub fn update(&mut self, sequence: u64, bytes_out: u64, bytes_in: u64) {
-        let Some(index) = sequence.checked_sub(self.dropped) else {
-            return;
-        };
-        if let Some(entry) = usize::try_from(index)
-            .ok()
-            .and_then(|i| self.entries.get_mut(i))
-        {
+        if let Some(entry) = self.get_mut(sequence) {
             entry.bytes_out += bytes_out;
             entry.bytes_in += bytes_in;
         }
+    }
+
+    /// Marks the connection recorded as `sequence` denied after all (by a
+    /// check made after the policy's), if the log still holds it.
+    pub fn deny(&mut self, sequence: u64, reason: String) {
+        if let Some(entry) = self.get_mut(sequence) {
+            entry.verdict = Verdict::Denied { reason };
+        }
+    }
+
+    fn get_mut(&mut self, sequence: u64) -> Option<&mut Connection> {
+        let index = usize::try_from(sequence.checked_sub(self.dropped)?).ok()?;
+        self.entries.get_mut(index)
     }
 
     /// The connections held, oldest first.

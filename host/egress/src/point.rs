@@ -1,0 +1,457 @@
+//! The egress point: an HTTP proxy on the host that a sandbox reaches
+//! instead of the network. It takes `CONNECT host:port` (any protocol in
+//! a tunnel) and plain HTTP requests in absolute form (`GET
+//! http://host/…`), decides each against the sandbox's policy, resolves
+//! names itself, refuses addresses the rebinding guard refuses, checks a
+//! TLS ClientHello's server name against the host it was allowed for, and
+//! logs every connection. One request per plain-HTTP connection.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::log::{Connection, ConnectionLog, Verdict};
+use crate::policy::{Denial, EgressPolicy};
+use crate::rules::{normalize_name, HostRule};
+use crate::sni::{client_hello_sni, Sni, MAX_CLIENT_HELLO};
+
+/// The most bytes of a request's head (request line and headers) read.
+pub const MAX_REQUEST_HEAD: usize = 16 << 10;
+/// How long a client has to send its request head, and its ClientHello.
+pub const CLIENT_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a connection to an allowed host may take to open.
+pub const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How the egress point turns names into addresses.
+#[derive(Debug, Clone, Default)]
+pub enum Resolver {
+    /// The host's resolver.
+    #[default]
+    System,
+    /// Names a rule matches resolve to its addresses, and no others: for
+    /// tests, whose servers listen on loopback or in namespaces they make.
+    Fixed(Vec<(HostRule, Vec<IpAddr>)>),
+}
+
+impl Resolver {
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        match self {
+            Resolver::System => Ok(tokio::net::lookup_host((host, port)).await?.collect()),
+            Resolver::Fixed(table) => Ok(table
+                .iter()
+                .find(|(rule, _)| rule.names(host))
+                .map(|(_, ips)| ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect())
+                .unwrap_or_default()),
+        }
+    }
+}
+
+/// One sandbox's egress point: its policy (changeable while it runs; a
+/// change counts from the next connection) and its connection log.
+#[derive(Debug, Clone)]
+pub struct EgressPoint {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    policy: RwLock<EgressPolicy>,
+    log: Mutex<ConnectionLog>,
+    resolver: Resolver,
+}
+
+/// A refusal on the way to a decision, or after it.
+enum Refusal {
+    /// The client did not speak the protocol (400).
+    BadRequest(String),
+    /// The policy refused the connection (403).
+    Denied(String),
+    /// The allowed host could not be reached (502).
+    Unreachable(String),
+}
+
+impl EgressPoint {
+    /// An egress point applying `policy`, resolving with `resolver`.
+    pub fn new(policy: EgressPolicy, resolver: Resolver) -> Self {
+        EgressPoint {
+            shared: Arc::new(Shared {
+                policy: RwLock::new(policy),
+                log: Mutex::new(ConnectionLog::default()),
+                resolver,
+            }),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> EgressPolicy {
+        read(&self.shared.policy).clone()
+    }
+
+    /// Replaces the policy; connections open now keep going.
+    pub fn set_policy(&self, policy: EgressPolicy) {
+        *self
+            .shared
+            .policy
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = policy;
+    }
+
+    /// The connections logged, oldest first, and how many older ones the
+    /// bounded log dropped.
+    pub fn connections(&self) -> (Vec<Connection>, u64) {
+        let log = lock(&self.shared.log);
+        (log.entries().cloned().collect(), log.dropped())
+    }
+
+    /// Serves one client connection to its end.
+    pub async fn serve<S>(&self, mut client: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        if let Err(refusal) = self.handle(&mut client).await {
+            let (status, text) = match refusal {
+                Refusal::BadRequest(t) => ("400 Bad Request", t),
+                Refusal::Denied(t) => ("403 Forbidden", t),
+                Refusal::Unreachable(t) => ("502 Bad Gateway", t),
+            };
+            let body = format!("berth egress: {text}\n");
+            let reply = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            // The client may be gone: nothing more to tell it.
+            let _ = client.write_all(reply.as_bytes()).await;
+            let _ = client.shutdown().await;
+        }
+    }
+
+    async fn handle<S>(&self, client: &mut S) -> Result<(), Refusal>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let (head, extra) = tokio::time::timeout(CLIENT_DEADLINE, read_head(client))
+            .await
+            .map_err(|_| Refusal::BadRequest("no request head in time".into()))??;
+        let request = Request::parse(&head)?;
+        let sequence = self.decide(&request.host, request.port)?;
+        let upstream = self.open(&request.host, request.port, sequence).await?;
+        let mut upstream = upstream;
+        let mut first = extra;
+        let mut sent = 0u64;
+        if request.tunnel {
+            client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+                .map_err(|e| Refusal::Unreachable(format!("client gone: {e}")))?;
+            first = self
+                .check_server_name(client, &request.host, request.port, first, sequence)
+                .await?;
+        } else {
+            let head = request.forwarded_head();
+            sent += head.len() as u64;
+            upstream
+                .write_all(head.as_bytes())
+                .await
+                .map_err(|e| Refusal::Unreachable(format!("writing to {}: {e}", request.host)))?;
+        }
+        upstream
+            .write_all(&first)
+            .await
+            .map_err(|e| Refusal::Unreachable(format!("writing to {}: {e}", request.host)))?;
+        sent += first.len() as u64;
+        let (out, back) = tokio::io::copy_bidirectional(client, &mut upstream)
+            .await
+            .unwrap_or((0, 0));
+        lock(&self.shared.log).update(sequence, sent + out, back);
+        Ok(())
+    }
+
+    /// The policy's decision, logged either way.
+    fn decide(&self, host: &str, port: u16) -> Result<u64, Refusal> {
+        let decision = read(&self.shared.policy).decide(host, port);
+        let verdict = match &decision {
+            Ok(allowed) => Verdict::Allowed {
+                rule: allowed.rule.clone(),
+            },
+            Err(denial) => Verdict::Denied {
+                reason: denial.to_string(),
+            },
+        };
+        let sequence = self.log(host, port, verdict);
+        match decision {
+            Ok(_) => Ok(sequence),
+            Err(denial) => {
+                tracing::info!(host, port, reason = %denial, "egress denied");
+                Err(Refusal::Denied(denial.to_string()))
+            }
+        }
+    }
+
+    fn log(&self, host: &str, port: u16, verdict: Verdict) -> u64 {
+        let at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        lock(&self.shared.log).record(Connection {
+            at_ms,
+            host: host.to_string(),
+            port,
+            bytes_out: 0,
+            bytes_in: 0,
+            verdict,
+        })
+    }
+
+    /// Turns an allowed decision into a denial in the log (a check after
+    /// the policy's: the rebinding guard, the server name).
+    fn deny_after(&self, sequence: u64, host: &str, port: u16, reason: String) -> Refusal {
+        tracing::info!(host, port, reason = %reason, "egress denied");
+        lock(&self.shared.log).deny(sequence, reason.clone());
+        Refusal::Denied(reason)
+    }
+
+    /// Resolves `host` (an allowed name or IP literal) on the host and
+    /// connects to its first address the rebinding guard lets through.
+    async fn open(&self, host: &str, port: u16, sequence: u64) -> Result<TcpStream, Refusal> {
+        let literal = host.trim_start_matches('[').trim_end_matches(']');
+        let addresses = match literal.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => self
+                .shared
+                .resolver
+                .resolve(host, port)
+                .await
+                .map_err(|e| Refusal::Unreachable(format!("cannot resolve {host}: {e}")))?,
+        };
+        let policy = self.policy();
+        let mut refused: Option<Denial> = None;
+        let mut last_error = None;
+        for address in &addresses {
+            if literal.parse::<IpAddr>().is_err() {
+                if let Err(denial) = policy.check_address(host, address.ip(), port) {
+                    refused.get_or_insert(denial);
+                    continue;
+                }
+            }
+            match tokio::time::timeout(CONNECT_DEADLINE, TcpStream::connect(address)).await {
+                Ok(Ok(stream)) => return Ok(stream),
+                Ok(Err(e)) => last_error = Some(format!("{address}: {e}")),
+                Err(_) => last_error = Some(format!("{address}: no answer in time")),
+            }
+        }
+        match (last_error, refused) {
+            (Some(e), _) => Err(Refusal::Unreachable(format!(
+                "cannot connect to {host}: {e}"
+            ))),
+            (None, Some(denial)) => Err(self.deny_after(sequence, host, port, denial.to_string())),
+            (None, None) => Err(Refusal::Unreachable(format!("{host} has no address"))),
+        }
+    }
+
+    /// Reads the tunnel's first bytes until they say whether they are a
+    /// TLS ClientHello; one must name `host`. Returns the bytes read.
+    async fn check_server_name<S>(
+        &self,
+        client: &mut S,
+        host: &str,
+        port: u16,
+        mut first: Vec<u8>,
+        sequence: u64,
+    ) -> Result<Vec<u8>, Refusal>
+    where
+        S: AsyncRead + Unpin,
+    {
+        let deadline = tokio::time::Instant::now() + CLIENT_DEADLINE;
+        let mut chunk = vec![0u8; 4096];
+        loop {
+            match client_hello_sni(&first) {
+                Sni::Incomplete => {}
+                Sni::NotTls => return Ok(first),
+                Sni::Missing => {
+                    if host
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .parse::<IpAddr>()
+                        .is_ok()
+                    {
+                        return Ok(first);
+                    }
+                    let reason = format!("a TLS ClientHello to {host} names no server");
+                    return Err(self.deny_after(sequence, host, port, reason));
+                }
+                Sni::Name(name) => {
+                    if normalize_name(&name).ok().as_deref() == Some(host) {
+                        return Ok(first);
+                    }
+                    let reason = format!("the TLS server name {name:?} is not {host}, the host the tunnel was allowed for");
+                    return Err(self.deny_after(sequence, host, port, reason));
+                }
+            }
+            let n = match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+                Ok(Ok(0)) | Err(_) => return Ok(first),
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => return Err(Refusal::BadRequest(format!("reading: {e}"))),
+            };
+            first.extend_from_slice(&chunk[..n]);
+            if first.len() > MAX_CLIENT_HELLO {
+                return Ok(first);
+            }
+        }
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Reads up to the end of the request head; returns the head and the
+/// bytes read past it.
+async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<(String, Vec<u8>), Refusal> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 2048];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let extra = buf.split_off(end + 4);
+            let head = String::from_utf8(buf)
+                .map_err(|_| Refusal::BadRequest("the request head is not UTF-8".into()))?;
+            return Ok((head, extra));
+        }
+        if buf.len() > MAX_REQUEST_HEAD {
+            return Err(Refusal::BadRequest(format!(
+                "the request head is longer than {MAX_REQUEST_HEAD} bytes"
+            )));
+        }
+        let n = client
+            .read(&mut chunk)
+            .await
+            .map_err(|e| Refusal::BadRequest(format!("reading the request: {e}")))?;
+        if n == 0 {
+            return Err(Refusal::BadRequest("the request ended early".into()));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A proxy request: a tunnel, or one plain HTTP request.
+struct Request {
+    tunnel: bool,
+    /// Normalized name, or IP literal (IPv6 in brackets).
+    host: String,
+    port: u16,
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+}
+
+impl Request {
+    fn parse(head: &str) -> Result<Request, Refusal> {
+        let bad = |why: &str| Refusal::BadRequest(why.to_string());
+        let mut lines = head.split("\r\n");
+        let first = lines.next().unwrap_or_default();
+        let mut parts = first.split(' ');
+        let (Some(method), Some(target), Some(version), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad("a request line is METHOD TARGET VERSION"));
+        };
+        if !version.starts_with("HTTP/1.") {
+            return Err(bad("only HTTP/1.x requests are proxied"));
+        }
+        let headers: Vec<(String, String)> = lines
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        let tunnel = method.eq_ignore_ascii_case("CONNECT");
+        let (authority, path, default_port) = if tunnel {
+            (target, "", None)
+        } else {
+            let rest = target.strip_prefix("http://").ok_or_else(|| {
+                bad("a plain request names its URL in full (http://host/path); use CONNECT for anything else")
+            })?;
+            match rest.find('/') {
+                Some(i) => (&rest[..i], &rest[i..], Some(80)),
+                None => (rest, "/", Some(80)),
+            }
+        };
+        let (host, port) = split_authority(authority, default_port)
+            .ok_or_else(|| bad("the target is host:port"))?;
+        let request = Request {
+            tunnel,
+            host: normalize_host(host),
+            port,
+            method: method.to_string(),
+            path: path.to_string(),
+            headers,
+        };
+        if !tunnel {
+            // The Host header names the same host, or there is no way to
+            // tell which one the server will serve.
+            if let Some((_, value)) = request
+                .headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+            {
+                let named = split_authority(value, Some(80)).map(|(h, _)| normalize_host(h));
+                if named.as_deref() != Some(request.host.as_str()) {
+                    return Err(Refusal::Denied(format!(
+                        "the Host header {value:?} does not name {}, the host of the request's URL",
+                        request.host
+                    )));
+                }
+            }
+        }
+        Ok(request)
+    }
+
+    /// The head sent on: origin form, no proxy headers, one request.
+    fn forwarded_head(&self) -> String {
+        let mut head = format!("{} {} HTTP/1.1\r\n", self.method, self.path);
+        let mut has_host = false;
+        for (k, v) in &self.headers {
+            let lower = k.to_ascii_lowercase();
+            if lower.starts_with("proxy-") || lower == "connection" || lower == "keep-alive" {
+                continue;
+            }
+            has_host |= lower == "host";
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if !has_host {
+            head.push_str(&format!("Host: {}\r\n", self.host));
+        }
+        head.push_str("Connection: close\r\n\r\n");
+        head
+    }
+}
+
+fn normalize_host(host: &str) -> String {
+    normalize_name(host).unwrap_or_else(|_| host.to_string())
+}
+
+/// `host:port`, `[v6]:port`, or without the port where there is a default.
+fn split_authority(text: &str, default_port: Option<u16>) -> Option<(&str, u16)> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let end = rest.find(']')?;
+        let after = &rest[end + 1..];
+        (&text[..end + 2], after.strip_prefix(':'))
+    } else {
+        match text.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (text, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
+        None => default_port?,
+    };
+    (!host.is_empty()).then_some((host, port))
+}
