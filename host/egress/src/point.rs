@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use crate::log::{Connection, ConnectionLog, Verdict};
 use crate::policy::{Denial, EgressPolicy};
 use crate::rules::{normalize_name, HostRule};
-use crate::sni::{client_hello_sni, Sni, MAX_CLIENT_HELLO};
+use crate::sni::{client_hello_sni, Sni};
 
 /// The most bytes of a request's head (request line and headers) read.
 pub const MAX_REQUEST_HEAD: usize = 16 << 10;
@@ -266,40 +266,81 @@ impl EgressPoint {
         let deadline = tokio::time::Instant::now() + CLIENT_DEADLINE;
         let mut chunk = vec![0u8; 4096];
         loop {
-            match client_hello_sni(&first) {
-                Sni::Incomplete => {}
-                Sni::NotTls => return Ok(first),
-                Sni::Missing => {
-                    if host
-                        .trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .parse::<IpAddr>()
-                        .is_ok()
-                    {
-                        return Ok(first);
-                    }
-                    let reason = format!("a TLS ClientHello to {host} names no server");
-                    return Err(self.deny_after(sequence, host, port, reason));
+            let verdict = match client_hello_sni(&first) {
+                Sni::Incomplete => None,
+                Sni::NotTls if http_head_pending(&first) => None,
+                Sni::NotTls => match tunneled_host(&first) {
+                    // Plain HTTP in a tunnel: its first request's Host
+                    // header may not pick another site on the server.
+                    Some(named) if named != host => Some(format!(
+                        "the Host header {named:?} in the tunnel is not {host}, the host the tunnel was allowed for"
+                    )),
+                    _ => return Ok(first),
+                },
+                Sni::Missing if is_ip_literal(host) => return Ok(first),
+                Sni::Missing => Some(format!("a TLS ClientHello to {host} names no server")),
+                Sni::Name(name) if normalize_name(&name).ok().as_deref() == Some(host) => {
+                    return Ok(first)
                 }
-                Sni::Name(name) => {
-                    if normalize_name(&name).ok().as_deref() == Some(host) {
-                        return Ok(first);
-                    }
-                    let reason = format!("the TLS server name {name:?} is not {host}, the host the tunnel was allowed for");
-                    return Err(self.deny_after(sequence, host, port, reason));
-                }
+                Sni::Name(name) => Some(format!(
+                    "the TLS server name {name:?} is not {host}, the host the tunnel was allowed for"
+                )),
+            };
+            if let Some(reason) = verdict {
+                return Err(self.deny_after(sequence, host, port, reason));
             }
             let n = match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
-                Ok(Ok(0)) | Err(_) => return Ok(first),
+                // The client closed its side: nothing more can follow.
+                Ok(Ok(0)) => return Ok(first),
                 Ok(Ok(n)) => n,
                 Ok(Err(e)) => return Err(Refusal::BadRequest(format!("reading: {e}"))),
+                // Half a ClientHello, then the rest later, would pass
+                // unchecked: refused instead.
+                Err(_) => {
+                    let reason = format!(
+                        "the tunnel's first bytes (a TLS ClientHello or an HTTP request head) did not arrive whole within {} s",
+                        CLIENT_DEADLINE.as_secs()
+                    );
+                    return Err(self.deny_after(sequence, host, port, reason));
+                }
             };
             first.extend_from_slice(&chunk[..n]);
-            if first.len() > MAX_CLIENT_HELLO {
-                return Ok(first);
-            }
         }
     }
+}
+
+fn is_ip_literal(host: &str) -> bool {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+        .is_ok()
+}
+
+/// Whether `bytes` begin like an HTTP request (a method in capitals)
+/// whose head has not ended yet, and is still under the head's cap.
+fn http_head_pending(bytes: &[u8]) -> bool {
+    let method: Vec<&u8> = bytes.iter().take_while(|b| **b != b' ').collect();
+    !bytes.is_empty()
+        && method.len() <= 16
+        && method.iter().all(|b| b.is_ascii_uppercase())
+        && !bytes.windows(4).any(|w| w == b"\r\n\r\n")
+        && bytes.len() < MAX_REQUEST_HEAD
+}
+
+/// The host a plain HTTP request at the start of `bytes` names in its
+/// Host header (normalized, port dropped), once its head is in.
+fn tunneled_host(bytes: &[u8]) -> Option<String> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&bytes[..end]).ok()?;
+    let (first, rest) = head.split_once("\r\n")?;
+    if !first.ends_with("HTTP/1.1") && !first.ends_with("HTTP/1.0") {
+        return None;
+    }
+    let value = rest.split("\r\n").find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        k.trim().eq_ignore_ascii_case("host").then(|| v.trim())
+    })?;
+    split_authority(value, Some(80)).map(|(h, _)| normalize_host(h))
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {

@@ -293,3 +293,43 @@ async fn a_tls_server_name_other_than_the_tunnels_host_is_refused() {
         .count();
     assert_eq!(reached, 1, "the fronted hello reached the server");
 }
+
+#[tokio::test]
+async fn plain_http_in_a_tunnel_may_not_name_another_host() {
+    let (port, seen) = upstream().await;
+    let point = EgressPoint::new(
+        policy(
+            &[format!("*.allowed.test:{port}")],
+            &[format!("127.0.0.1:{port}")],
+        ),
+        test_names(),
+    );
+    let proxy = egress(point.clone()).await;
+    // The head arrives in pieces; the check waits for all of it.
+    let mut stream = TcpStream::connect((LOOPBACK, proxy)).await.unwrap();
+    stream
+        .write_all(format!("CONNECT a.allowed.test:{port} HTTP/1.1\r\n\r\nGET / HT").as_bytes())
+        .await
+        .unwrap();
+    stream.flush().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    stream
+        .write_all(b"TP/1.1\r\nHost: evil.example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.unwrap();
+    let reply = String::from_utf8_lossy(&out);
+    assert!(
+        reply.contains("403 Forbidden") && reply.contains("\"evil.example\" in the tunnel"),
+        "{reply}"
+    );
+    assert!(denied_because(&point).contains("Host header"));
+    let reached = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|b| !b.is_empty())
+        .count();
+    assert_eq!(reached, 0, "the request reached the server");
+}
