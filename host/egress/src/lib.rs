@@ -20,15 +20,24 @@
 //! the network.
 
 mod address;
+mod control;
+mod daemon;
 mod log;
 mod point;
 mod policy;
+mod resolve;
 mod rules;
 mod sni;
 
 pub use address::AddressClass;
+pub use control::{
+    call, ControlError, ControlReply, ControlRequest, EgressStatus, CONTROL_DEADLINE,
+    MAX_CONTROL_LINE,
+};
+pub use daemon::{serve, DaemonError, DaemonExit, EgressDir, MAX_OPEN_CONNECTIONS, POINT_SOCKET};
 pub use log::{Connection, ConnectionLog, Verdict, DEFAULT_LOG_ENTRIES};
 pub use point::{EgressPoint, Resolver, CLIENT_DEADLINE, CONNECT_DEADLINE, MAX_REQUEST_HEAD};
 pub use policy::{Allowed, Denial, EgressPolicy, DEFAULT_PORTS};
+pub use resolve::TestResolve;
 pub use rules::{CidrRule, HostRule, RuleError};
 pub use sni::{client_hello_sni, Sni, MAX_CLIENT_HELLO};

@@ -7,6 +7,7 @@
 //! logs every connection. One request per plain-HTTP connection.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -15,7 +16,8 @@ use tokio::net::TcpStream;
 
 use crate::log::{Connection, ConnectionLog, Verdict};
 use crate::policy::{Denial, EgressPolicy};
-use crate::rules::{normalize_name, HostRule};
+use crate::resolve::TestResolve;
+use crate::rules::normalize_name;
 use crate::sni::{client_hello_sni, Sni};
 
 /// The most bytes of a request's head (request line and headers) read.
@@ -31,21 +33,38 @@ pub enum Resolver {
     /// The host's resolver.
     #[default]
     System,
-    /// Names a rule matches resolve to its addresses, and no others: for
-    /// tests, whose servers listen on loopback or in namespaces they make.
-    Fixed(Vec<(HostRule, Vec<IpAddr>)>),
+    /// Names under `.test` that a [`TestResolve`] entry matches resolve to
+    /// its addresses; other `.test` names resolve to nothing (they are
+    /// never asked of the host's resolver); every other name goes to the
+    /// host's resolver. For tests, whose servers listen on loopback or in
+    /// namespaces they make.
+    Test(Vec<TestResolve>),
 }
 
 impl Resolver {
-    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-        match self {
-            Resolver::System => Ok(tokio::net::lookup_host((host, port)).await?.collect()),
-            Resolver::Fixed(table) => Ok(table
-                .iter()
-                .find(|(rule, _)| rule.names(host))
-                .map(|(_, ips)| ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect())
-                .unwrap_or_default()),
+    /// The resolver for a sandbox's test names (the host's when none).
+    pub fn with_test_names(table: Vec<TestResolve>) -> Self {
+        if table.is_empty() {
+            Resolver::System
+        } else {
+            Resolver::Test(table)
         }
+    }
+
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        if let Resolver::Test(table) = self {
+            if let Some(entry) = table.iter().find(|entry| entry.names.names(host)) {
+                return Ok(entry
+                    .addresses
+                    .iter()
+                    .map(|ip| SocketAddr::new(*ip, port))
+                    .collect());
+            }
+        }
+        if host == "test" || host.ends_with(".test") {
+            return Ok(Vec::new());
+        }
+        Ok(tokio::net::lookup_host((host, port)).await?.collect())
     }
 }
 
@@ -61,6 +80,16 @@ struct Shared {
     policy: RwLock<EgressPolicy>,
     log: Mutex<ConnectionLog>,
     resolver: Resolver,
+    open: AtomicU64,
+}
+
+/// Counts a connection as open until dropped (however serving ends).
+struct OpenGuard<'a>(&'a AtomicU64);
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A refusal on the way to a decision, or after it.
@@ -81,6 +110,7 @@ impl EgressPoint {
                 policy: RwLock::new(policy),
                 log: Mutex::new(ConnectionLog::default()),
                 resolver,
+                open: AtomicU64::new(0),
             }),
         }
     }
@@ -106,11 +136,18 @@ impl EgressPoint {
         (log.entries().cloned().collect(), log.dropped())
     }
 
+    /// How many client connections are being served now.
+    pub fn open_connections(&self) -> u64 {
+        self.shared.open.load(Ordering::Relaxed)
+    }
+
     /// Serves one client connection to its end.
     pub async fn serve<S>(&self, mut client: S)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
+        self.shared.open.fetch_add(1, Ordering::Relaxed);
+        let _open = OpenGuard(&self.shared.open);
         if let Err(refusal) = self.handle(&mut client).await {
             let (status, text) = match refusal {
                 Refusal::BadRequest(t) => ("400 Bad Request", t),

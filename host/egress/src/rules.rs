@@ -139,6 +139,15 @@ impl HostRule {
     pub fn port(&self) -> Option<u16> {
         self.port
     }
+
+    /// Whether every name this rule matches lies under `domain` (a
+    /// normalized name, without its leading dot).
+    pub fn is_under(&self, domain: &str) -> bool {
+        self.name.len() > domain.len()
+            && self.name.ends_with(domain)
+            && self.name.as_bytes()[self.name.len() - domain.len() - 1] == b'.'
+            || (self.subdomains && self.name == domain)
+    }
 }
 
 impl fmt::Display for HostRule {

@@ -73,7 +73,7 @@ fn policy(allow: &[String], cidrs: &[String]) -> EgressPolicy {
 }
 
 fn test_names() -> Resolver {
-    Resolver::Fixed(vec![("*.test".parse().unwrap(), vec![LOOPBACK])])
+    Resolver::Test(vec!["*.test=127.0.0.1".parse().unwrap()])
 }
 
 /// Sends `request` to the egress point and reads until it closes.
