@@ -20,6 +20,10 @@ mod custom_backend;
 mod dedup;
 #[path = "docker.rs"]
 mod docker;
+#[path = "egress.rs"]
+mod egress;
+#[path = "egress_docker.rs"]
+mod egress_docker;
 #[path = "engines.rs"]
 mod engines;
 #[path = "escape.rs"]

@@ -48,6 +48,8 @@
 //! - [`conformance`]: the plugin contract's clauses as executable checks.
 //! - [`snapshot_id`] and [`store_error`]: the id grammar and store errors.
 //! - [`cleanup`]: what undoes a cancelled operation after its caller left.
+//! - [`egress`]: what a sandbox may reach, enforced on the host by its
+//!   egress daemon; [`programs`]: where Berth's own programs are.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
@@ -57,11 +59,13 @@ pub mod byte_pipe;
 mod capped_writer;
 pub mod cleanup;
 pub mod conformance;
+pub mod egress;
 /// The plugin contract's identity (re-exported by [`plugin`]).
 use berth_base::contract;
 pub mod error_text;
 pub mod plugin;
 mod plugin_error;
+pub mod programs;
 pub mod random_id;
 pub use berth_registry as registry;
 pub mod remote_client;

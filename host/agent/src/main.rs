@@ -9,12 +9,15 @@
 //! - `berth-agent proc DIR OP …` starts, lists, follows and kills
 //!   background processes whose state and bounded logs live in DIR (see
 //!   [`procs`]).
+//! - `berth-agent egress-bridge SOCKET ADDRESS …` carries the sandbox's
+//!   proxy address to the host's egress point (see [`bridge`]).
 //!
 //! Each command runs under `sh -c` in a process group of its own. On its
 //! timeout (or the host's kill) the agent stops, then kills, the group and
 //! every descendant it can find, round after round until none is left, so
 //! fork bombs and children that ignore SIGTERM go too.
 
+mod bridge;
 mod freeze;
 mod fs;
 mod json;
@@ -31,6 +34,7 @@ fn main() {
         }
         Some("fs") => fs::main(&args[1..]),
         Some("proc") => procs::main(&args[1..]),
+        Some("egress-bridge") => bridge::main(&args[1..]),
         Some("--help" | "-h" | "help") => {
             println!("{}", USAGE);
             0
@@ -60,4 +64,6 @@ const USAGE: &str = "usage:
   berth-agent proc DIR logs ID [--follow] [--tail N]
   berth-agent proc DIR kill ID SIGNAL | kill-all
   berth-agent proc DIR wait ID
-  berth-agent proc DIR rm ID";
+  berth-agent proc DIR rm ID
+  berth-agent egress-bridge SOCKET ADDRESS -- COMMAND…   carry ADDRESS (TCP) to SOCKET (the host's egress point) while COMMAND runs
+  berth-agent egress-bridge SOCKET ADDRESS --daemon      the same, in the background, for every command of a container";

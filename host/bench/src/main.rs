@@ -9,6 +9,7 @@ use std::time::Instant;
 mod commands;
 mod dedup;
 mod docker;
+mod egress;
 mod isolation;
 mod plugins;
 mod s3;
@@ -47,7 +48,7 @@ pub struct BenchArgs {
     runs: Option<usize>,
     /// Run only these groups (repeatable): persist (persist, restore and
     /// memory), dedup, plugins, docker, commands, server, swarm, s3,
-    /// isolation. By default, all.
+    /// isolation, egress. By default, all.
     #[arg(long)]
     only: Vec<String>,
     /// Where to write the JSON results.
@@ -429,6 +430,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match isolation::gvisor_rows(base.path(), &image, runs, args.quick).await {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: gVisor rows skipped: {e:#}"),
+        }
+    }
+    if want("egress") {
+        match egress::egress_rows(base.path(), runs, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: egress rows skipped: {e:#}"),
         }
     }
     if want("s3") {

@@ -230,6 +230,11 @@ enum Command {
         #[arg(long)]
         no_start: bool,
     },
+    /// A sandbox's egress policy and the log of its connections (time,
+    /// host, port, bytes, allowed or denied and by which rule); with
+    /// --allow-host and the like, the policy changed while it runs (from
+    /// its next connection).
+    Egress(sandboxes::EgressArgs),
     /// Check and inspect snapshot-store plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -348,6 +353,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => sandboxes::diff(&name, from, to, json).await,
         Command::Rewind { name, generation } => sandboxes::rewind(&name, generation).await,
+        Command::Egress(a) => sandboxes::egress(a).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
         Command::Serve(a) => server::serve(a).await,
         Command::Server(c) => server::manage(c).await,

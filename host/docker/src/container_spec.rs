@@ -37,6 +37,9 @@ impl DockerBackend {
         labels.insert("berth.owned".into(), self.state.container_owned.to_string());
         let mut env = self.state.environment.clone();
         env.extend(extra.env.clone());
+        if self.state.egress_socket_dir.is_some() {
+            env.extend(berth::egress::proxy_environment());
+        }
         let mut security_opt = extra.security_opt.clone();
         if !security_opt
             .iter()
@@ -81,7 +84,15 @@ impl DockerBackend {
             read_only: Some(m.read_only),
             ..Default::default()
         });
-        let mounts: Vec<Mount> = disk.chain(binds).collect();
+        // The egress point's socket, where the bridge expects it.
+        let egress = self.state.egress_socket_dir.iter().map(|dir| Mount {
+            target: Some(berth::egress::SANDBOX_EGRESS_DIR.to_string()),
+            source: Some(dir.display().to_string()),
+            typ: Some(MountTypeEnum::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        let mounts: Vec<Mount> = disk.chain(binds).chain(egress).collect();
         let host_config = HostConfig {
             init: Some(true),
             memory: self.state.memory_size_bytes,
@@ -132,12 +143,7 @@ impl DockerBackend {
         let Some(disk) = &self.state.disk else {
             return Ok(None);
         };
-        let endpoint = &self.engine.endpoint;
-        let loopback = endpoint
-            .strip_prefix("tcp://")
-            .and_then(|rest| rest.rsplit_once(':'))
-            .is_some_and(|(host, _)| matches!(host, "127.0.0.1" | "localhost" | "[::1]"));
-        if !(endpoint.starts_with("unix://") || endpoint.starts_with('/') || loopback) {
+        if !self.engine_on_this_host() {
             return Err(BackendError::Unbounded {
                 backend: BACKEND,
                 cause: format!(
@@ -148,6 +154,17 @@ impl DockerBackend {
             });
         }
         disk.ensure_mounted(BACKEND).await.map(Some)
+    }
+
+    /// Whether the engine runs on this host (a unix socket, or TCP on
+    /// loopback), so a host path it binds is this host's.
+    pub(super) fn engine_on_this_host(&self) -> bool {
+        let endpoint = &self.engine.endpoint;
+        let loopback = endpoint
+            .strip_prefix("tcp://")
+            .and_then(|rest| rest.rsplit_once(':'))
+            .is_some_and(|(host, _)| matches!(host, "127.0.0.1" | "localhost" | "[::1]"));
+        endpoint.starts_with("unix://") || endpoint.starts_with('/') || loopback
     }
 
     /// Creates and starts the container (the image pulled as the state

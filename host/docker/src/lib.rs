@@ -233,6 +233,38 @@ impl DockerBackend {
         }
     }
 
+    /// A command of a sandbox with an egress policy, run after making sure
+    /// the agent's bridge listens on the proxy address (it leaves at once
+    /// when one does: a restarted container gets a new one with its next
+    /// command). The file helper needs no network.
+    async fn behind_egress_bridge(
+        &self,
+        mut request: ExecRequest,
+    ) -> Result<ExecRequest, BackendError> {
+        if self.state.egress_socket_dir.is_none()
+            || request.helper == Some(berth::backend::HelperCall::Files)
+        {
+            return Ok(request);
+        }
+        if let Err(why) = self.agent_session().await {
+            return Err(BackendError::Unsupported {
+                backend: BACKEND,
+                what: "route the sandbox's egress",
+                why: format!(
+                    "its bridge is Berth's in-container agent, which is not running here ({why})"
+                ),
+            });
+        }
+        request.command = format!(
+            "{} egress-bridge {} {} --daemon </dev/null >/dev/null 2>&1; {}",
+            berth_agent::AGENT_PATH,
+            berth::egress::SANDBOX_EGRESS_SOCKET,
+            berth::egress::SANDBOX_PROXY,
+            request.command
+        );
+        Ok(request)
+    }
+
     /// Forgets the agent (its container was re-created or restarted).
     async fn reset_agent(&self) {
         *self.agent.lock().await = AgentSlot::Untried;
@@ -342,6 +374,15 @@ impl DockerBackend {
 #[async_trait::async_trait]
 impl Backend for DockerBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
+        if self.state.egress_socket_dir.is_some() && !self.engine_on_this_host() {
+            return Err(BackendError::Config {
+                backend: BACKEND,
+                message: format!(
+                    "the sandbox's egress point is a socket on this host, which the engine {} (not on this host) cannot bind into its container: use an engine on this host",
+                    self.engine.reference
+                ),
+            });
+        }
         let disk = self.ensure_disk().await?;
         let mut found = self.find_container().await?;
         if let (Some(info), true) = (&found, self.state.container_owned) {
@@ -532,6 +573,7 @@ impl Backend for DockerBackend {
     }
 
     async fn spawn(&self, request: ExecRequest) -> Result<ExecProcess, BackendError> {
+        let request = self.behind_egress_bridge(request).await?;
         let unavailable = match self.agent_session().await {
             Ok(session) => {
                 let memory = self.state.memory_size_bytes.map(|b| b as u64);

@@ -97,6 +97,11 @@ pub struct DockerState {
     /// [`berth::backend::disk_image`]); `None`: unbounded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<berth::backend::disk_image::DiskImage>,
+    /// The host directory of the sandbox's egress point's socket, bound
+    /// read-only into the container, which has no network but its
+    /// loopback (see [`berth::egress`]); `None`: the network alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_socket_dir: Option<std::path::PathBuf>,
 }
 
 /// The engine a sandbox moves to (see
@@ -198,6 +203,7 @@ impl DockerOptions {
                 user: None,
                 pids_limit: None,
                 disk: None,
+                egress_socket_dir: None,
             },
             bounds: Chosen::default(),
             pull_progress: None,
@@ -359,6 +365,7 @@ impl DockerOptions {
                 binds: Vec::new(),
                 mounts: Vec::new(),
                 disk: None,
+                egress_socket_dir: None,
                 ..existing.clone()
             },
             bounds,
@@ -430,6 +437,21 @@ impl BackendOptions for DockerOptions {
         KIND
     }
 
+    /// With no network of its own (`none`, the default), a container
+    /// reaches nothing but its egress point; with one, the policy would
+    /// bound nothing.
+    fn routes_egress(&self) -> Result<(), String> {
+        if self.state.network != "none" {
+            return Err(format!(
+                "the sandbox is to have the network {:?}, which the policy would not bound; \
+                 drop `-o network=…` (a sandbox with an egress policy has no network but its \
+                 route to the egress point)",
+                self.state.network
+            ));
+        }
+        Ok(())
+    }
+
     async fn create(
         self: Box<Self>,
         context: &CreateContext<'_>,
@@ -453,6 +475,7 @@ impl BackendOptions for DockerOptions {
             context.bind_mounts,
         );
         apply_bounds(&mut state, &bounds);
+        state.egress_socket_dir = context.egress.map(|route| route.socket_dir.clone());
         if let Bound::At(bytes) = bounds.disk {
             berth::backend::disk_image::check_size(BACKEND, bytes)?;
             let disks = context.home.join("disks");

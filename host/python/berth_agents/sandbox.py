@@ -67,7 +67,10 @@ _EXEC_WRITE_MAX = 512 << 10
 class BerthSandboxClientOptions(BaseSandboxClientOptions):
     """What to create: a Berth sandbox on ``backend`` (``docker`` by default)
     from ``image``, its snapshot in ``snapshot`` (Berth's grammar: ``local``,
-    ``remote:MANIFEST`` for a plugin store, …)."""
+    ``remote:MANIFEST`` for a plugin store, …). ``allow_hosts`` (with
+    ``deny_hosts``, ``allow_cidrs``) holds it to an egress policy: default
+    deny, enforced on Berth's host; its tools reach the allowed hosts
+    through the proxy variables Berth sets."""
 
     type: Literal["berth"] = "berth"
     image: Optional[str] = None
@@ -79,6 +82,9 @@ class BerthSandboxClientOptions(BaseSandboxClientOptions):
     cpus: Optional[float] = None
     exposed_ports: tuple[int, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    allow_hosts: Optional[tuple[str, ...]] = None
+    deny_hosts: tuple[str, ...] = ()
+    allow_cidrs: tuple[str, ...] = ()
 
 
 class BerthSandboxSessionState(SandboxSessionState):
@@ -488,6 +494,10 @@ class BerthSandboxClient(BaseSandboxClient[BerthSandboxClientOptions]):
                 extra[key] = value
         if options.exposed_ports:
             extra["expose"] = [str(p) for p in options.exposed_ports]
+        if options.allow_hosts is not None or options.deny_hosts or options.allow_cidrs:
+            extra["allow_hosts"] = list(options.allow_hosts or ())
+            extra["deny_hosts"] = list(options.deny_hosts)
+            extra["allow_cidrs"] = list(options.allow_cidrs)
         # The SDK materialises its manifest itself: the Berth workspace is
         # only its root, which Berth makes, keeps and snapshots.
         await _run(

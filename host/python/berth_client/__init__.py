@@ -404,6 +404,10 @@ class Berth:
         workspace: Optional[dict] = None,
         snapshot: Optional[str] = None,
         start: bool = True,
+        allow_hosts: Optional[list] = None,
+        deny_hosts: Optional[list] = None,
+        allow_cidrs: Optional[list] = None,
+        test_resolve: Optional[list] = None,
         **options: Any,
     ) -> "Sandbox":
         """Creates (and by default starts) a sandbox.
@@ -417,8 +421,25 @@ class Berth:
         the kind's settings given flat (``image=..., memory=...``). A key
         the kind does not take raises ``BerthError`` (400) naming the keys
         it does. A create whose start fails raises, and leaves no sandbox
-        of that name: the same call can be made again."""
+        of that name: the same call can be made again.
+
+        ``allow_hosts`` (``["api.example.com", "*.example.org:443"]``),
+        ``deny_hosts`` and ``allow_cidrs`` hold the sandbox to an egress
+        policy: default deny, enforced on the server's host; its tools reach
+        the allowed hosts through the proxy variables Berth sets. An empty
+        list is a policy too (it reaches nothing). ``test_resolve``
+        (``["*.pkg.test=127.0.0.1"]``) is for tests: names under ``.test``
+        only."""
         body = {"name": name, "start": start, **options}
+        if any(v is not None for v in (allow_hosts, deny_hosts, allow_cidrs)):
+            body["egress"] = {
+                "allow_hosts": list(allow_hosts or []),
+                "deny_hosts": list(deny_hosts or []),
+                "allow_cidrs": list(allow_cidrs or []),
+                "test_resolve": list(test_resolve or []),
+            }
+        elif test_resolve:
+            raise ValueError("test_resolve needs a policy: give allow_hosts (an empty list denies everything)")
         for key, value in (
             ("backend", backend),
             ("image", image),
@@ -525,6 +546,29 @@ class Sandbox:
             body["generation"] = generation
         self.client._json("POST", f"{self._path}/fork", json_body=body)
         return Sandbox(self.client, name)
+
+    def egress(self) -> dict:
+        """The egress policy (``policy``: ``allow_hosts``, ``deny_hosts``,
+        ``allow_cidrs``) and the log of connections (``connections``: each
+        with ``host``, ``port``, ``bytes_out``, ``bytes_in``, ``verdict``
+        and the ``rule`` that allowed it or the ``reason`` it was denied)."""
+        return self.client._json("GET", f"{self._path}/egress")
+
+    def set_egress(
+        self,
+        *,
+        allow_hosts: Optional[list] = None,
+        deny_hosts: Optional[list] = None,
+        allow_cidrs: Optional[list] = None,
+    ) -> dict:
+        """Replaces the egress policy (from the next connection); returns
+        what ``egress()`` does."""
+        body = {
+            "allow_hosts": list(allow_hosts or []),
+            "deny_hosts": list(deny_hosts or []),
+            "allow_cidrs": list(allow_cidrs or []),
+        }
+        return self.client._json("PUT", f"{self._path}/egress", json_body=body)
 
     def shutdown(self) -> dict:
         """Destroys the running instance; the snapshot stays."""

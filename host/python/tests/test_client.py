@@ -211,6 +211,57 @@ class ClientTest(unittest.TestCase):
             box.remove()
 
 
+    def test_k_an_egress_policy_allows_its_host_logs_the_rest_and_changes(self):
+        import http.server
+        import threading
+
+        class Hello(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = ("hello from " + self.headers.get("Host", "-") + "\n").encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        name = "py-egress-" + uuid.uuid4().hex[:8]
+        box = self.berth.create(
+            name,
+            backend="docker",
+            image=IMAGE,
+            allow_hosts=[f"a.pkg.test:{port}"],
+            allow_cidrs=[f"127.0.0.0/8:{port}"],
+            test_resolve=["*.pkg.test=127.0.0.1"],
+        )
+        try:
+            ok = box.exec(f"wget -qO- http://a.pkg.test:{port}/")
+            self.assertEqual((ok.exit_code, ok.stdout), (0, f"hello from a.pkg.test:{port}\n"))
+            self.assertNotEqual(box.exec(f"wget -qO- http://b.pkg.test:{port}/").exit_code, 0)
+            report = box.egress()
+            self.assertTrue(report["running"])
+            verdicts = [(c["host"], c["verdict"]) for c in report["connections"]]
+            self.assertEqual(verdicts, [("a.pkg.test", "allowed"), ("b.pkg.test", "denied")])
+            self.assertIn("b.pkg.test", report["connections"][1]["reason"])
+            report = box.set_egress(
+                allow_hosts=[f"b.pkg.test:{port}"], allow_cidrs=[f"127.0.0.0/8:{port}"]
+            )
+            self.assertEqual(report["policy"]["allow_hosts"], [f"b.pkg.test:{port}"])
+            ok = box.exec(f"wget -qO- http://b.pkg.test:{port}/")
+            self.assertEqual((ok.exit_code, ok.stdout), (0, f"hello from b.pkg.test:{port}\n"))
+            self.assertNotEqual(box.exec(f"wget -qO- http://a.pkg.test:{port}/").exit_code, 0)
+            with self.assertRaises(BerthError) as refused:
+                box.set_egress(allow_hosts=["bad host!"])
+            self.assertEqual(refused.exception.status, 400)
+        finally:
+            box.remove()
+            server.shutdown()
+
+
 class TcpAndLimitsTest(unittest.TestCase):
     """A server on loopback TCP with a token and a file-size limit
     (tests/server.rs starts it and names it in BERTH_TCP_URL, BERTH_TOKEN

@@ -99,6 +99,10 @@ pub struct CreateSandbox {
     /// Start it after creating. By default, yes.
     #[serde(default)]
     pub start: Option<bool>,
+    /// Hold it to an egress policy (default deny, enforced on the host).
+    /// By default, none: the backend's network settings alone.
+    #[serde(default)]
+    pub egress: Option<crate::api_egress::CreateEgress>,
     /// The backend kind's settings, given beside the fields above
     /// (`image`, `memory`, ...; see `GET /v1/backends`). A key the kind
     /// does not take is refused.

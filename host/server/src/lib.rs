@@ -26,6 +26,7 @@
 //! ```
 
 mod api;
+mod api_egress;
 mod handlers;
 mod http;
 mod listen;
@@ -40,6 +41,7 @@ use std::sync::Arc;
 use berth::sandbox::NamedSandboxes;
 
 pub use api::*;
+pub use api_egress::*;
 pub use http::{BoxError, Reply, ReplyBody, RequestBody};
 pub use listen::{ServeError, Server};
 pub use notices::{EventText, WarningRelay, NOTICES_HEADER, NOTICE_TARGET, WARNINGS_HEADER};

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use http::{Method, StatusCode};
 
 use crate::api;
-use crate::handlers::{exec, files, processes, sandboxes};
+use crate::api_egress;
+use crate::handlers::{egress, exec, files, processes, sandboxes};
 use crate::http::ApiError;
 use crate::route::{json, lines};
 pub(crate) use crate::route::{Call, Handler, Payload, Route};
@@ -46,6 +47,8 @@ pub(crate) fn table() -> Vec<Route> {
         r(Method::POST, "/v1/sandboxes/{name}/shutdown", "Destroy the running instance (the snapshot stays).", &[], Empty, json::<api::SandboxRecord>(), sandboxes::shutdown),
         r(Method::GET, "/v1/sandboxes/{name}/archive", "The workspace as a tar stream.", &[], Empty, Bytes("application/x-tar"), files::persist),
         r(Method::PUT, "/v1/sandboxes/{name}/archive", "Extract a tar stream into the workspace, after all of it passed the hydrate policy.", &[], Bytes("application/x-tar"), json::<api::Written>(), files::hydrate),
+        r(Method::GET, "/v1/sandboxes/{name}/egress", "The egress policy and the log of connections (host, port, bytes, allowed or denied and by which rule).", &[], Empty, json::<api_egress::EgressReport>(), egress::get),
+        r(Method::PUT, "/v1/sandboxes/{name}/egress", "Replace the egress policy; it counts from the next connection.", &[], json::<api_egress::EgressRules>(), json::<api_egress::EgressReport>(), egress::put),
         r(Method::GET, "/v1/sandboxes/{name}/ports", "Where published ports are reached on the server's host.", &[], Empty, json::<Vec<api::Port>>(), sandboxes::ports),
         r(Method::POST, "/v1/sandboxes/{name}/exec", "Run a command: its result, or (`stream`) its output as it is produced. Closing the reply stops it.", &[], json::<api::ExecBody>(), lines::<api::ExecLine>(), exec::exec),
         r(Method::POST, "/v1/execs/{id}/stdin", "Stream bytes to an interactive exec's stdin; its end closes stdin unless `keep_open`.", &[("keep_open", false, "Leave stdin open after this body.")], Bytes("application/octet-stream"), json::<api::Written>(), exec::stdin),

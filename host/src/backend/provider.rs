@@ -39,6 +39,11 @@ pub struct CreateContext<'a> {
     /// The bounds a sandbox gets where its settings say nothing (the
     /// home's `config.toml` over Berth's own).
     pub defaults: &'a super::limits::HostDefaults,
+    /// Where the sandbox's egress point is, when it has an egress policy:
+    /// the backend binds it into the sandbox and gives the sandbox no
+    /// other network (see [`crate::egress`]). Only given to options whose
+    /// [`BackendOptions::routes_egress`] says yes.
+    pub egress: Option<&'a crate::egress::EgressRoute>,
 }
 
 /// A kind's settings for a new sandbox: the local backend's
@@ -55,6 +60,15 @@ pub trait BackendOptions: Send + std::fmt::Debug {
     /// default, no.
     fn needs_portable_snapshot(&self) -> bool {
         false
+    }
+
+    /// Whether a sandbox of these options can be held to an egress policy
+    /// (given [`CreateContext::egress`]): no network but the route to its
+    /// egress point. `Err` says why not, and what to do; by default, a
+    /// kind cannot, and a sandbox with a policy is refused rather than
+    /// given a network the policy does not bound.
+    fn routes_egress(&self) -> Result<(), String> {
+        Err(String::new())
     }
 
     /// Makes the backend (connecting to its service, creating nothing
@@ -214,6 +228,19 @@ impl BackendSpec {
         match &self.0 {
             Choice::Options(o) => Some((o.kind(), o.needs_portable_snapshot())),
             Choice::Built(_) => None,
+        }
+    }
+
+    /// The kind, and whether it routes egress (see
+    /// [`BackendOptions::routes_egress`]); a backend the embedder built
+    /// does not.
+    pub(crate) fn routes_egress(&self) -> (String, Result<(), String>) {
+        match &self.0 {
+            Choice::Options(o) => (o.kind().to_string(), o.routes_egress()),
+            Choice::Built(_) => (
+                "embedder's".to_string(),
+                Err("a backend built by the embedder is not given a route".to_string()),
+            ),
         }
     }
 

@@ -14,6 +14,7 @@ use crate::backend::{
     Backend, BackendError, BackendProvider, BackendSettings, BackendSpec, BackendState,
     BackendSummary, CreateContext, Registry, SettingDoc, SettingsError,
 };
+use crate::egress::{EgressSettings, EgressState};
 use crate::plugin::{LazyPluginHost, PluginHost};
 use crate::snapshot::{
     DeleteReport, GcReport, Generations, OrphanFile, PackCache, Registry as SnapshotRegistry,
@@ -42,6 +43,10 @@ pub struct SandboxSpec {
     /// Tunables. By default, [`SandboxOptions::default`] (state saved
     /// under the home, see [`SandboxClientBuilder::save_state`]).
     pub options: SandboxOptions,
+    /// What the sandbox may reach beyond itself (see [`crate::egress`]).
+    /// By default, `None`: the backend's own network settings alone (no
+    /// network for every built-in backend).
+    pub egress: Option<EgressSettings>,
 }
 
 impl SandboxSpec {
@@ -53,7 +58,15 @@ impl SandboxSpec {
             snapshot_id: None,
             backend: BackendSpec::default(),
             options: SandboxOptions::default(),
+            egress: None,
         }
+    }
+
+    /// Holds the sandbox to an egress policy: no network but what the
+    /// policy allows, through its egress point on the host.
+    pub fn egress(mut self, egress: EgressSettings) -> Self {
+        self.egress = Some(egress);
+        self
     }
 
     /// Where snapshots go. By default, `<home>/snapshots` on the host.
@@ -447,10 +460,12 @@ impl SandboxClient {
             persist_pending: false,
             fields,
         };
-        let spec = SandboxSpec::new(source.manifest.clone())
+        let mut spec = SandboxSpec::new(source.manifest.clone())
             .snapshot(store.undeduplicated().deduplicated(keep))
             .backend(backend)
             .options(options);
+        // A fork is held to its source's policy, by a daemon of its own.
+        spec.egress = source.egress.as_ref().map(|e| e.settings.clone());
         self.create_from(spec, Some(&previous)).await
     }
 
@@ -545,9 +560,17 @@ impl SandboxClient {
             snapshot_id,
             backend,
             options,
+            egress,
         } = spec;
         workspace.validate()?;
+        if egress.is_some() {
+            if let (kind, Err(why)) = backend.routes_egress() {
+                return Err(SandboxError::EgressNotRouted { backend: kind, why });
+            }
+        }
         let session_id = new_session_id();
+        let egress = egress.map(|settings| EgressState::new(settings, &self.home, &session_id));
+        let route = egress.as_ref().map(EgressState::route);
         let id = match snapshot_id {
             Some(id) => {
                 SnapshotId::parse(&id).map_err(|e| StorageError::InvalidId(e.to_string()))?
@@ -582,6 +605,7 @@ impl SandboxClient {
                 workspace: &workspace,
                 bind_mounts: &bind_mounts,
                 defaults: &defaults,
+                egress: route.as_ref(),
             })
             .await?;
         backend.check_workspace(&workspace)?;
@@ -596,6 +620,7 @@ impl SandboxClient {
             lineage: None,
             orphans: Vec::new(),
             background: Vec::new(),
+            egress,
         };
         Ok(Sandbox::new(state, backend, snap, options))
     }

@@ -220,6 +220,19 @@ pub enum SandboxError {
         /// Why not, and what to do.
         reason: String,
     },
+    /// The sandbox's egress daemon could not be started, reached or
+    /// changed; its commands were not started without it.
+    #[error(transparent)]
+    Egress(#[from] crate::egress::EgressError),
+    /// The sandbox was given an egress policy its backend cannot enforce;
+    /// nothing was created.
+    #[error("the {backend} backend cannot hold a sandbox to an egress policy{}; nothing was created", if why.is_empty() { String::new() } else { format!(": {why}") })]
+    EgressNotRouted {
+        /// The backend's kind.
+        backend: String,
+        /// Why, and what to do.
+        why: String,
+    },
     /// Host-side file work (spooling) failed.
     #[error("{what}")]
     Io {

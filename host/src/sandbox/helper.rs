@@ -48,7 +48,7 @@ impl Sandbox {
         let mut words = vec![quote(&helper.program), group.to_string(), quote(dir)];
         words.extend(args.iter().map(|a| quote(a)));
         let mut request = ExecRequest::new(words.join(" "), timeout);
-        request.env = self.state.manifest.environment.clone();
+        request.env = self.command_environment();
         request.helper = Some(if group == "fs" {
             HelperCall::Files
         } else {

@@ -182,10 +182,53 @@ impl Sandbox {
         if !self.running {
             return Err(SandboxError::NotStarted);
         }
-        let mut env = self.state.manifest.environment.clone();
+        let mut env = self.command_environment();
         env.append(&mut request.env);
         request.env = env;
         Ok(self.backend.spawn(request).await?)
+    }
+
+    /// The environment every command starts from: the manifest's, and the
+    /// proxy variables of a sandbox with an egress policy (which the
+    /// manifest cannot override: they are the only way out).
+    pub(super) fn command_environment(&self) -> std::collections::BTreeMap<String, String> {
+        let mut env = self.state.manifest.environment.clone();
+        if self.state.egress.is_some() {
+            env.extend(crate::egress::proxy_environment());
+        }
+        env
+    }
+
+    /// The sandbox's egress policy and connection log, from its egress
+    /// daemon; `None` when it has no policy.
+    pub async fn egress_status(&self) -> Result<Option<crate::egress::EgressStatus>, SandboxError> {
+        match &self.state.egress {
+            None => Ok(None),
+            Some(egress) => Ok(Some(crate::egress::status(egress).await?)),
+        }
+    }
+
+    /// Replaces the sandbox's egress policy, kept in its state and, while
+    /// it runs, in force from its next connection. A sandbox created
+    /// without a policy cannot be given one (its backend gave it the
+    /// network its settings said): create one with a policy instead.
+    pub async fn set_egress_policy(
+        &mut self,
+        policy: crate::egress::EgressPolicy,
+    ) -> Result<(), SandboxError> {
+        let Some(egress) = &mut self.state.egress else {
+            return Err(SandboxError::EgressNotRouted {
+                backend: self.state.backend.kind.clone(),
+                why: "this sandbox was created without an egress policy, and its network is \
+                      its backend's; create a sandbox with --allow-host (or an empty policy) \
+                      to hold it to one"
+                    .to_string(),
+            });
+        };
+        egress.settings.policy = policy;
+        crate::egress::set_policy(egress, &egress.settings.policy).await?;
+        self.save_state()?;
+        Ok(())
     }
 
     /// The sandbox's ports published on this host (see
@@ -217,6 +260,11 @@ impl Sandbox {
         // Background processes end with the instance.
         self.state.background.clear();
         let destroyed = self.backend.destroy().await;
+        if destroyed.is_ok() {
+            if let Some(egress) = &self.state.egress {
+                crate::egress::stop_daemon(egress).await;
+            }
+        }
         self.refresh_backend_state()?;
         destroyed?;
         self.state.workspace_root_ready = false;

@@ -45,6 +45,9 @@ pub struct CreateRequest {
     pub checkpoint_each_exec: bool,
     /// Start it after creating. By default, yes.
     pub start: bool,
+    /// Hold it to an egress policy (see [`crate::egress`]). By default,
+    /// none: the backend's network settings alone.
+    pub egress: Option<crate::egress::EgressSettings>,
 }
 
 impl CreateRequest {
@@ -62,6 +65,7 @@ impl CreateRequest {
             keep_within: None,
             checkpoint_each_exec: false,
             start: true,
+            egress: None,
         }
     }
 }
@@ -144,6 +148,9 @@ impl NamedSandboxes {
             .options(options);
         if let Some(id) = request.snapshot_id {
             spec = spec.snapshot_id(id);
+        }
+        if let Some(egress) = request.egress {
+            spec = spec.egress(egress);
         }
         let mut sandbox = self.client().create(spec).await?;
         if let Some(window) = request.keep_within {

@@ -22,6 +22,14 @@ impl Sandbox {
     /// The one `ensure_running` of a resume.
     pub(super) async fn ensure_running(&mut self) -> Result<Provisioned, SandboxError> {
         let started = std::time::Instant::now();
+        // The egress point first: the backend binds its socket's directory.
+        if let Some(egress) = &self.state.egress {
+            crate::egress::ensure_daemon(egress)
+                .await
+                .inspect_err(|_| {
+                    self.running = false;
+                })?;
+        }
         let provisioned = self.backend.ensure_running().await;
         tracing::debug!(
             ms = started.elapsed().as_secs_f64() * 1e3,

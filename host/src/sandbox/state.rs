@@ -59,6 +59,10 @@ pub struct SandboxState {
     /// those that did not come back and forgets them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub background: Vec<BackgroundRecord>,
+    /// What the sandbox may reach beyond itself, and where its egress
+    /// daemon lives; `None`: the backend's own network settings alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::egress::EgressState>,
 }
 
 /// A background process the sandbox started.

@@ -68,6 +68,12 @@ pub struct CreateArgs {
     /// Create without starting.
     #[arg(long)]
     no_start: bool,
+    /// What the sandbox may reach beyond itself.
+    #[command(
+        flatten,
+        next_help_heading = "Egress (default deny, enforced on the host)"
+    )]
+    egress: super::egress::CreateEgressArgs,
     /// Print the state as JSON.
     #[arg(long)]
     json: bool,
@@ -137,6 +143,7 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     request.keep_within = args.keep_within;
     request.checkpoint_each_exec = args.checkpoint.as_deref() == Some("each-exec");
     request.start = !args.no_start;
+    request.egress = args.egress.settings()?;
     let named = named(&home);
     let (saved, _sandbox) = named
         .create(request, |options| options.progress = progress_bar())

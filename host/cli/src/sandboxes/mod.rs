@@ -1,4 +1,4 @@
-//! `berth create|start|exec|ps|logs|kill|wait|shell|cp|files|stop|rm|ls|inspect|persist|hydrate|gc|fork`: sandboxes
+//! `berth create|start|exec|ps|logs|kill|wait|shell|cp|files|stop|rm|ls|inspect|persist|hydrate|gc|fork|egress`: sandboxes
 //! kept by name as state files under `$BERTH_HOME`.
 
 use std::path::{Path, PathBuf};
@@ -13,6 +13,7 @@ type Saved = berth::sandbox::NamedSandbox;
 
 mod commands;
 mod create;
+mod egress;
 mod files;
 mod history;
 mod listing;
@@ -23,6 +24,7 @@ mod through_server;
 
 pub use commands::{exec, kill, logs, port, ps, shell, wait, ExecArgs, LogsArgs};
 pub use create::{create, CreateArgs};
+pub use egress::{egress, EgressArgs};
 pub use files::{cp, files, FilesCommand};
 pub use history::{diff, history, rewind};
 pub use listing::{fork, ls};

@@ -386,6 +386,7 @@ impl SwarmBackend {
             user: None,
             pids_limit: None,
             disk: None,
+            egress_socket_dir: None,
         };
         // A killed daemon's socket can still accept (a child kept the
         // listening descriptor) and never answer: bounded as below.

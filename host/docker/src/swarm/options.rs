@@ -294,6 +294,14 @@ impl BackendOptions for SwarmOptions {
         true
     }
 
+    fn routes_egress(&self) -> Result<(), String> {
+        Err(
+            "a swarm sandbox may run on any node, and no node serves its egress point yet; \
+             use the docker or local backend for a sandbox with an egress policy"
+                .to_string(),
+        )
+    }
+
     async fn create(
         self: Box<Self>,
         context: &CreateContext<'_>,

@@ -1,5 +1,6 @@
 //! The endpoints, by what they touch.
 
+pub(crate) mod egress;
 pub(crate) mod exec;
 pub(crate) mod files;
 pub(crate) mod processes;

@@ -16,7 +16,7 @@ use crate::http::{bytes_reply, json_reply, read_json, ApiError, Reply};
 use crate::route::Call;
 use crate::Inner;
 
-type Answer = BoxFuture<'static, Result<Reply, ApiError>>;
+pub(crate) type Answer = BoxFuture<'static, Result<Reply, ApiError>>;
 
 pub(crate) fn version(_: Arc<Inner>, _: Call) -> Answer {
     async move {
@@ -168,6 +168,9 @@ fn request_of(body: api::CreateSandbox, home: &std::path::Path) -> Result<Create
     request.compression = body.compress;
     request.dedup_keep = body.dedup_keep;
     request.start = body.start.unwrap_or(true);
+    if let Some(egress) = &body.egress {
+        request.egress = Some(egress.settings().map_err(ApiError::bad_request)?);
+    }
     Ok(request)
 }
 
@@ -196,7 +199,7 @@ pub(crate) fn remove(inner: Arc<Inner>, call: Call) -> Answer {
 
 /// `name` resumed afresh for a lifecycle change, as the in-process CLI
 /// does: its lock held (returned), the server's open copy forgotten.
-async fn resumed(
+pub(crate) async fn resumed(
     inner: &Inner,
     name: &str,
 ) -> Result<(StateLock, NamedSandbox, Sandbox), ApiError> {
@@ -211,7 +214,7 @@ async fn resumed(
 /// Saves what `sandbox` now is into its record, whether `result` is a
 /// success or not (what a failed change made stays reachable), then
 /// returns `result`.
-fn saved<T>(
+pub(crate) fn saved<T>(
     inner: &Inner,
     r: &mut NamedSandbox,
     sandbox: &Sandbox,

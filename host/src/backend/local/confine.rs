@@ -100,6 +100,9 @@ pub(super) struct View<'a> {
     pub binds: &'a [BindMount],
     /// A host program the command may run (Berth's helper), read-only.
     pub helper: Option<&'a Path>,
+    /// The host directory of the sandbox's egress point's socket, bound
+    /// read-only at [`crate::egress::SANDBOX_EGRESS_DIR`].
+    pub egress: Option<&'a Path>,
 }
 
 /// bubblewrap's arguments for `view`, up to (not including) the command,
@@ -181,6 +184,9 @@ pub(super) fn arguments(view: &View<'_>) -> Result<Vec<OsString>, BackendError> 
     }
     if let Some(helper) = view.helper {
         push(&[&"--ro-bind", &helper, &helper]);
+    }
+    if let Some(egress) = view.egress {
+        push(&[&"--ro-bind", &egress, &crate::egress::SANDBOX_EGRESS_DIR]);
     }
     push(&[&"--chdir", &view.root]);
     for n in 0..seccomp_programs()?.len() {
@@ -352,6 +358,7 @@ pub(super) async fn check() -> Result<(), BackendError> {
         root: scratch.path(),
         binds: &[],
         helper: None,
+        egress: None,
     };
     let args = arguments(&view)?;
     let files = seccomp_files()?;

@@ -76,6 +76,11 @@ pub struct LocalState {
     /// unbounded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_bytes: Option<u64>,
+    /// The host directory holding the sandbox's egress point's socket,
+    /// bound into every command, which reaches nothing else (see
+    /// [`crate::egress`]); `None`: no network at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_socket_dir: Option<PathBuf>,
 }
 
 impl LocalState {
@@ -91,6 +96,7 @@ impl LocalState {
             pids: None,
             cpus_millis: None,
             disk_bytes: None,
+            egress_socket_dir: None,
         }
     }
 
@@ -206,6 +212,7 @@ impl LocalBackend {
     async fn write_confinement(&self) -> Result<(), BackendError> {
         let mut argv: Vec<std::ffi::OsString> = vec![confine::BWRAP.into()];
         argv.extend(self.confinement_arguments()?);
+        argv.extend(self.egress_bridge()?);
         let dir = self.state.run_dir().join("confine");
         let programs = confine::seccomp_programs_by_fd()?;
         let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
@@ -240,7 +247,30 @@ impl LocalBackend {
             root: &self.state.root_dir,
             binds: &self.state.binds,
             helper: helper.as_deref(),
+            egress: self.state.egress_socket_dir.as_deref(),
         })
+    }
+
+    /// What a command is run behind when the sandbox has an egress
+    /// policy: `-- HELPER egress-bridge SOCKET ADDRESS` (the command's own
+    /// `-- sh -c …` follows), so its proxy address on its loopback reaches
+    /// the egress point. Nothing without a policy.
+    fn egress_bridge(&self) -> Result<Vec<std::ffi::OsString>, BackendError> {
+        if self.state.egress_socket_dir.is_none() {
+            return Ok(Vec::new());
+        }
+        let helper = super::helper_binary::path().ok_or_else(|| BackendError::Unsupported {
+            backend: BACKEND,
+            what: "route a sandbox's egress",
+            why: "no berth-agent binary: set BERTH_AGENT to one, or put berth-agent-static beside the program".into(),
+        })?;
+        Ok(vec![
+            "--".into(),
+            helper.into(),
+            "egress-bridge".into(),
+            crate::egress::SANDBOX_EGRESS_SOCKET.into(),
+            crate::egress::SANDBOX_PROXY.into(),
+        ])
     }
 
     fn op_error(
@@ -329,6 +359,10 @@ impl Backend for LocalBackend {
             && request.helper != Some(HelperCall::Processes);
         let launch = if confined {
             let mut args = self.confinement_arguments()?;
+            // The file helper needs no network; every command may want it.
+            if request.helper != Some(HelperCall::Files) {
+                args.extend(self.egress_bridge()?);
+            }
             args.push("--".into());
             args.extend(shell);
             Launch {

@@ -79,6 +79,19 @@ impl crate::backend::BackendOptions for LocalOptions {
         KIND
     }
 
+    /// Confined sandboxes have no network of their own; unconfined ones
+    /// have the host's, which no policy bounds.
+    fn routes_egress(&self) -> Result<(), String> {
+        match self.isolation {
+            Isolation::Confined => Ok(()),
+            Isolation::None => Err(
+                "an unconfined local sandbox (isolation none) has the host's network; \
+                 keep it confined (the default) to give it an egress policy"
+                    .to_string(),
+            ),
+        }
+    }
+
     async fn create(
         self: Box<Self>,
         context: &crate::backend::CreateContext<'_>,
@@ -107,6 +120,7 @@ impl crate::backend::BackendOptions for LocalOptions {
             pids: bounds.pids.limit(),
             cpus_millis: bounds.cpus.limit(),
             disk_bytes: bounds.disk.limit(),
+            egress_socket_dir: context.egress.map(|route| route.socket_dir.clone()),
         };
         // Fails here, before anything exists, when the bounds cannot be
         // kept on this host.
