@@ -148,19 +148,24 @@ pub fn daemon_binary() -> Option<PathBuf> {
     crate::programs::find("BERTH_EGRESS", "berth-egress")
 }
 
-/// Makes sure the sandbox's daemon runs with `state`'s policy: tells a
-/// running one the policy, else starts one (detached: it outlives this
-/// process) and waits for it to answer.
-pub async fn ensure_daemon(state: &EgressState) -> Result<(), EgressError> {
+/// Makes sure the sandbox's daemon runs: when one answers, tells it
+/// `state`'s policy if `tell_policy` (at a start; before each command a
+/// status is enough), else starts one with the policy (detached: it
+/// outlives this process) and waits for it to answer.
+pub async fn ensure_daemon(state: &EgressState, tell_policy: bool) -> Result<(), EgressError> {
     let dir = state.daemon_dir();
     let start_error = |source| EgressError::Start {
         dir: state.dir.display().to_string(),
         source,
     };
-    let set = ControlRequest::SetPolicy {
-        policy: state.settings.policy.clone(),
+    let probe = if tell_policy {
+        ControlRequest::SetPolicy {
+            policy: state.settings.policy.clone(),
+        }
+    } else {
+        ControlRequest::Status
     };
-    match call(&dir.control_socket(), &set).await {
+    match call(&dir.control_socket(), &probe).await {
         Ok(_) => return Ok(()),
         Err(ControlError::Unreachable { .. }) => {}
         Err(e) => return Err(e.into()),

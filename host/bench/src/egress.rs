@@ -78,8 +78,8 @@ async fn curl_in(sb: &Sandbox, args: &str) -> anyhow::Result<f64> {
             Duration::from_secs(600),
         ))
         .await?;
-    anyhow::ensure!(r.exit_code == 0, "curl in the sandbox: {}", r.stderr);
-    Ok(r.stdout.trim().parse()?)
+    anyhow::ensure!(r.exit_code == 0, "curl in the sandbox: {}", r.stderr_text());
+    Ok(r.stdout_text().trim().parse()?)
 }
 
 /// curl's `-w` figure (seconds) on the host, straight to the server.
@@ -183,7 +183,7 @@ async fn futures_join(boxes: &[Sandbox], script: &str) -> anyhow::Result<Vec<Str
         .map(|sb| sb.exec(ExecRequest::new(script, Duration::from_secs(120))));
     let mut out = Vec::new();
     for r in futures::future::join_all(runs).await {
-        out.push(r?.stdout);
+        out.push(r?.stdout_text().into_owned());
     }
     Ok(out)
 }

@@ -48,6 +48,9 @@ impl Sandbox {
         let mut words = vec![quote(&helper.program), group.to_string(), quote(dir)];
         words.extend(args.iter().map(|a| quote(a)));
         let mut request = ExecRequest::new(words.join(" "), timeout);
+        if group != "fs" {
+            self.ensure_egress().await?;
+        }
         request.env = self.command_environment();
         request.helper = Some(if group == "fs" {
             HelperCall::Files

@@ -182,10 +182,21 @@ impl Sandbox {
         if !self.running {
             return Err(SandboxError::NotStarted);
         }
+        self.ensure_egress().await?;
         let mut env = self.command_environment();
         env.append(&mut request.env);
         request.env = env;
         Ok(self.backend.spawn(request).await?)
+    }
+
+    /// Before a command: the egress daemon of a sandbox with a policy
+    /// answers, or is started again (it died with a reboot, or was
+    /// killed), so a long-open sandbox (a server's) keeps its route.
+    pub(super) async fn ensure_egress(&self) -> Result<(), SandboxError> {
+        if let Some(egress) = &self.state.egress {
+            crate::egress::ensure_daemon(egress, false).await?;
+        }
+        Ok(())
     }
 
     /// The environment every command starts from: the manifest's, and the

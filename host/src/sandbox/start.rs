@@ -24,7 +24,7 @@ impl Sandbox {
         let started = std::time::Instant::now();
         // The egress point first: the backend binds its socket's directory.
         if let Some(egress) = &self.state.egress {
-            crate::egress::ensure_daemon(egress)
+            crate::egress::ensure_daemon(egress, true)
                 .await
                 .inspect_err(|_| {
                     self.running = false;
