@@ -67,6 +67,8 @@ fn main() -> Result<()> {
                 "--package",
                 "berth-cli",
                 "--package",
+                "berth-egress",
+                "--package",
                 "berth-bench",
             ]))?;
             run(

@@ -168,7 +168,7 @@ fn carry(client: TcpStream, point: UnixStream) {
 }
 
 fn copy(mut from: impl Read, mut to: impl Write) {
-    let mut buf = vec![0u8; 64 << 10];
+    let mut buf = vec![0u8; 256 << 10];
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => return,
