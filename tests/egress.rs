@@ -432,3 +432,65 @@ fn a_policy_is_refused_where_it_cannot_be_enforced() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not under .test"), "{err}");
 }
+
+#[test]
+fn a_fork_is_held_to_its_sources_policy_by_a_daemon_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let home = home.as_path();
+    let manifest = berth_tests::fs_store_manifest(dir.path(), &dir.path().join("store"));
+    let snapshot = format!("remote:{}", manifest.display());
+    let http = server(None);
+    let hp = http.port.to_string();
+    berth_ok(
+        home,
+        &[
+            "create",
+            "src",
+            "--snapshot",
+            &snapshot,
+            "--dedup",
+            "--allow-host",
+            &format!("a.pkg.test:{hp}"),
+            "--allow-cidr",
+            &format!("127.0.0.0/8:{hp}"),
+            "--test-resolve",
+            "*.pkg.test=127.0.0.1",
+        ],
+    );
+    berth_ok(home, &["exec", "src", "--", "echo kept > note"]);
+    berth_ok(home, &["stop", "src"]);
+    berth_ok(home, &["fork", "src", "f"]);
+    let (source, fork) = (
+        berth_tests::berth_state(home, "src"),
+        berth_tests::berth_state(home, "f"),
+    );
+    let (source, fork) = (source.egress.unwrap(), fork.egress.unwrap());
+    assert_eq!(fork.settings, source.settings);
+    assert_ne!(fork.dir, source.dir);
+
+    let get = |name: &str, host: &str| {
+        sh(
+            home,
+            name,
+            &format!("cat note && wget -t 1 -qO- http://{host}:{hp}/"),
+        )
+    };
+    let (code, out) = get("f", "a.pkg.test");
+    assert_eq!(
+        (code, out.as_str()),
+        (0, format!("kept\nhello from a.pkg.test:{hp}\n").as_str())
+    );
+    assert_ne!(get("f", "b.pkg.test").0, 0);
+    // Each keeps its own policy from here: a change to the source is not
+    // the fork's.
+    berth_ok(
+        home,
+        &["egress", "src", "--allow-host", &format!("b.pkg.test:{hp}")],
+    );
+    assert_eq!(get("src", "b.pkg.test").0, 0);
+    assert_ne!(get("f", "b.pkg.test").0, 0);
+    assert_eq!(verdict_of(home, "f", "b.pkg.test").0, "denied");
+    berth_ok(home, &["rm", "f", "--force"]);
+    berth_ok(home, &["rm", "src", "--force"]);
+}
