@@ -42,15 +42,22 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-fn daemon(socket: &str, address: &str) -> i32 {
-    let listener = match TcpListener::bind(address) {
-        Ok(l) => l,
-        Err(e) if e.kind() == io::ErrorKind::AddrInUse => return 0,
+/// Listens on `address`: `Ok(None)` when it is taken (a bridge already
+/// serves this namespace), `Err(exit code)` after saying why it failed.
+fn listen(address: &str) -> Result<Option<TcpListener>, i32> {
+    match TcpListener::bind(address) {
+        Ok(l) => Ok(Some(l)),
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Ok(None),
         Err(e) => {
             eprintln!("berth-agent egress-bridge: listening on {address}: {e}");
-            return 1;
+            Err(1)
         }
-    };
+    }
+}
+
+/// Forks: `Ok(true)` in the child, `Ok(false)` in the parent, `Err(exit
+/// code)` after saying why it failed.
+fn fork() -> Result<bool, i32> {
     // SAFETY: fork in a single-threaded process; the child only calls
     // async-signal-safe functions before it runs Rust again as the only
     // thread of its own process.
@@ -60,41 +67,43 @@ fn daemon(socket: &str, address: &str) -> i32 {
                 "berth-agent egress-bridge: fork: {}",
                 io::Error::last_os_error()
             );
-            1
+            Err(1)
         }
-        0 => {
+        0 => Ok(true),
+        _ => Ok(false),
+    }
+}
+
+fn daemon(socket: &str, address: &str) -> i32 {
+    let listener = match listen(address) {
+        Ok(Some(l)) => l,
+        Ok(None) => return 0,
+        Err(code) => return code,
+    };
+    match fork() {
+        Ok(true) => {
             // SAFETY: setsid in the new child, which leads no group yet.
             unsafe { libc::setsid() };
             detach_stdio();
             serve(listener, socket);
             0
         }
-        _ => 0,
+        Ok(false) => 0,
+        Err(code) => code,
     }
 }
 
 fn in_front_of(socket: &str, address: &str, command: &[String]) -> i32 {
     let mut run = Command::new(&command[0]);
     run.args(&command[1..]);
-    let listener = match TcpListener::bind(address) {
-        Ok(l) => l,
+    let listener = match listen(address) {
+        Ok(Some(l)) => l,
         // Someone bridges this namespace already: the command uses theirs.
-        Err(e) if e.kind() == io::ErrorKind::AddrInUse => return exec(run, &command[0]),
-        Err(e) => {
-            eprintln!("berth-agent egress-bridge: listening on {address}: {e}");
-            return 1;
-        }
+        Ok(None) => return exec(run, &command[0]),
+        Err(code) => return code,
     };
-    // SAFETY: as in `daemon`.
-    match unsafe { libc::fork() } {
-        -1 => {
-            eprintln!(
-                "berth-agent egress-bridge: fork: {}",
-                io::Error::last_os_error()
-            );
-            1
-        }
-        0 => {
+    match fork() {
+        Ok(true) => {
             // The bridge ends when the command's process does.
             // SAFETY: prctl on this process.
             unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
@@ -106,10 +115,11 @@ fn in_front_of(socket: &str, address: &str, command: &[String]) -> i32 {
             serve(listener, socket);
             0
         }
-        _ => {
+        Ok(false) => {
             drop(listener);
             exec(run, &command[0])
         }
+        Err(code) => code,
     }
 }
 

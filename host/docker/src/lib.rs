@@ -18,6 +18,7 @@
 mod agent;
 mod config;
 mod container_spec;
+mod egress;
 mod engine;
 mod exec;
 mod moving;
@@ -112,7 +113,8 @@ pub async fn image_present(state: &DockerState) -> Result<bool, BackendError> {
         Ok(_) => Ok(true),
         Err(e) if is_not_found(&e) => Ok(false),
         Err(e) => {
-            Err(refused_image(&state.image, &e).unwrap_or_else(|| api("inspecting the image", e)))
+            Err(pull::refused_image(&state.image, &e)
+                .unwrap_or_else(|| api("inspecting the image", e)))
         }
     }
 }
@@ -145,28 +147,6 @@ fn op(
         operation,
         source: e.into(),
     }
-}
-
-/// An image reference the engine refused to parse (`400`): said as such,
-/// with the engine's reason and what a reference looks like.
-fn refused_image(image: &str, e: &bollard::errors::Error) -> Option<BackendError> {
-    let bollard::errors::Error::DockerResponseServerError {
-        status_code: 400,
-        message,
-    } = e
-    else {
-        return None;
-    };
-    // `no such image: NoSuch: invalid reference format: …` → the reason.
-    let reason = message
-        .find("invalid reference format")
-        .map_or(message.as_str(), |at| &message[at..]);
-    Some(BackendError::Config {
-        backend: BACKEND,
-        message: format!(
-            "{image:?} is not an image reference the engine accepts ({reason}); write it as REPOSITORY[:TAG] in lowercase, e.g. berth-test:busybox or registry.example:5000/team/app:1.0"
-        ),
-    })
 }
 
 /// The keep-alive process: sleeps until stopped, under the API's init.
@@ -233,38 +213,6 @@ impl DockerBackend {
         }
     }
 
-    /// A command of a sandbox with an egress policy, run after making sure
-    /// the agent's bridge listens on the proxy address (it leaves at once
-    /// when one does: a restarted container gets a new one with its next
-    /// command). The file helper needs no network.
-    async fn behind_egress_bridge(
-        &self,
-        mut request: ExecRequest,
-    ) -> Result<ExecRequest, BackendError> {
-        if self.state.egress_socket_dir.is_none()
-            || request.helper == Some(berth::backend::HelperCall::Files)
-        {
-            return Ok(request);
-        }
-        if let Err(why) = self.agent_session().await {
-            return Err(BackendError::Unsupported {
-                backend: BACKEND,
-                what: "route the sandbox's egress",
-                why: format!(
-                    "its bridge is Berth's in-container agent, which is not running here ({why})"
-                ),
-            });
-        }
-        request.command = format!(
-            "{} egress-bridge {} {} --daemon </dev/null >/dev/null 2>&1; {}",
-            berth_agent::AGENT_PATH,
-            berth::egress::SANDBOX_EGRESS_SOCKET,
-            berth::egress::SANDBOX_PROXY,
-            request.command
-        );
-        Ok(request)
-    }
-
     /// Forgets the agent (its container was re-created or restarted).
     async fn reset_agent(&self) {
         *self.agent.lock().await = AgentSlot::Untried;
@@ -278,7 +226,7 @@ impl DockerBackend {
             Ok(info) => (true, info.config.and_then(|c| c.user)),
             Err(e) if is_not_found(&e) => (false, None),
             Err(e) => {
-                return Err(refused_image(&self.state.image, &e)
+                return Err(pull::refused_image(&self.state.image, &e)
                     .unwrap_or_else(|| api("inspecting the image", e)))
             }
         };
@@ -374,15 +322,7 @@ impl DockerBackend {
 #[async_trait::async_trait]
 impl Backend for DockerBackend {
     async fn ensure_running(&mut self) -> Result<Provisioned, BackendError> {
-        if self.state.egress_socket_dir.is_some() && !self.engine_on_this_host() {
-            return Err(BackendError::Config {
-                backend: BACKEND,
-                message: format!(
-                    "the sandbox's egress point is a socket on this host, which the engine {} (not on this host) cannot bind into its container: use an engine on this host",
-                    self.engine.reference
-                ),
-            });
-        }
+        self.check_egress_engine()?;
         let disk = self.ensure_disk().await?;
         let mut found = self.find_container().await?;
         if let (Some(info), true) = (&found, self.state.container_owned) {
@@ -572,10 +512,10 @@ impl Backend for DockerBackend {
             .map_err(|e| api("creating the workspace root", e))
     }
 
-    async fn spawn(&self, request: ExecRequest) -> Result<ExecProcess, BackendError> {
-        let request = self.behind_egress_bridge(request).await?;
+    async fn spawn(&self, mut request: ExecRequest) -> Result<ExecProcess, BackendError> {
         let unavailable = match self.agent_session().await {
             Ok(session) => {
+                self.behind_egress_bridge(&mut request);
                 let memory = self.state.memory_size_bytes.map(|b| b as u64);
                 return match session
                     .spawn(&request, &self.state.workspace_root, memory)
@@ -594,6 +534,7 @@ impl Backend for DockerBackend {
             }
             Err(why) => why,
         };
+        self.egress_needs_the_agent(&request, &unavailable)?;
         if let Some(name) = &request.session {
             return Err(BackendError::Unsupported {
                 backend: BACKEND,

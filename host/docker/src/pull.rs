@@ -302,6 +302,28 @@ fn advise(message: &str, image: &ImageRef) -> String {
     format!("{message}{hint}")
 }
 
+/// An image reference the engine refused to parse (`400`): said as such,
+/// with the engine's reason and what a reference looks like.
+pub(crate) fn refused_image(image: &str, e: &bollard::errors::Error) -> Option<BackendError> {
+    let bollard::errors::Error::DockerResponseServerError {
+        status_code: 400,
+        message,
+    } = e
+    else {
+        return None;
+    };
+    // `no such image: NoSuch: invalid reference format: …` → the reason.
+    let reason = message
+        .find("invalid reference format")
+        .map_or(message.as_str(), |at| &message[at..]);
+    Some(BackendError::Config {
+        backend: crate::BACKEND,
+        message: format!(
+            "{image:?} is not an image reference the engine accepts ({reason}); write it as REPOSITORY[:TAG] in lowercase, e.g. berth-test:busybox or registry.example:5000/team/app:1.0"
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
