@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use berth_tests::{berth_in, berth_ok};
 
 /// A Python server on loopback (HTTP, or HTTPS with `cert`): `/` answers
-/// `hello from HOST`, `/redirect?to=URL` answers 302 to URL.
+/// `hello from HOST`, `/redirect?to=URL` answers 302 to URL, `/auth`
+/// answers `auth=` and the Authorization header it was sent.
 pub(crate) struct Server {
     child: Child,
     pub(crate) port: u16,
@@ -37,6 +38,13 @@ class H(http.server.BaseHTTPRequestHandler):
             self.send_header("Location", urllib.parse.parse_qs(url.query)["to"][0])
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if url.path == "/auth":
+            body = ("auth=" + self.headers.get("Authorization", "-") + "\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
             return
         body = ("hello from " + self.headers.get("Host", "-") + "\n").encode()
         self.send_response(200)
@@ -77,7 +85,7 @@ pub(crate) fn server(tls: Option<(&Path, &Path)>) -> Server {
 
 /// A self-signed certificate for `*.pkg.test` (its own CA), made by
 /// openssl: (certificate, key).
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let out = Command::new("openssl")
         .args([

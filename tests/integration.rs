@@ -24,6 +24,10 @@ mod docker;
 mod egress;
 #[path = "egress_docker.rs"]
 mod egress_docker;
+#[path = "egress_secrets.rs"]
+mod egress_secrets;
+#[path = "egress_tools.rs"]
+mod egress_tools;
 #[path = "engines.rs"]
 mod engines;
 #[path = "escape.rs"]

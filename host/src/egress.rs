@@ -25,8 +25,10 @@ use std::time::{Duration, Instant};
 
 use berth_egress::{call, ControlError, ControlReply, ControlRequest, EgressDir};
 pub use berth_egress::{
-    CidrRule, Connection, EgressPolicy, EgressStatus, HostRule, RuleError, TestResolve, Verdict,
+    CidrRule, Connection, EgressPolicy, EgressStatus, HostRule, RuleError, SecretBinding,
+    SecretError, SecretValue, TestResolve, Verdict,
 };
+use berth_egress::{StoredSecret, CA_BUNDLE, CA_CERTIFICATE};
 
 /// Where the egress point's directory is inside a sandbox.
 pub const SANDBOX_EGRESS_DIR: &str = "/run/berth/egress";
@@ -46,6 +48,69 @@ pub struct EgressSettings {
     /// Test names (under `.test` only) and the addresses they resolve to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub test_resolve: Vec<TestResolve>,
+    /// Secrets by placeholder: each one's name, hosts and placeholder
+    /// (`berth create --secret NAME=@FILE --secret-hosts NAME=HOST`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretBinding>,
+    /// The secrets' values, by name, on their way to the daemon's
+    /// directory at create. Never serialized: not in the state, not in a
+    /// snapshot, not in a log.
+    #[serde(skip)]
+    pub secret_values: std::collections::BTreeMap<String, SecretValue>,
+}
+
+impl EgressSettings {
+    /// Adds the secret `name`, whose value is `value` (one trailing line
+    /// end dropped), sent only to `hosts`; the sandbox holds a fresh
+    /// placeholder instead.
+    pub fn add_secret(
+        &mut self,
+        name: &str,
+        value: &str,
+        hosts: &[String],
+    ) -> Result<(), SecretError> {
+        let binding = SecretBinding::new(name, hosts)?;
+        let value = SecretValue::new(name, value)?;
+        if self.secrets.iter().any(|s| s.name == name) {
+            return Err(SecretError::Duplicate(name.to_string()));
+        }
+        self.secrets.push(binding);
+        self.secret_values.insert(name.to_string(), value);
+        Ok(())
+    }
+
+    /// Checks the secrets before a create: names once each, a value for
+    /// each, and each named host one the policy allows (a secret bound to
+    /// a host the sandbox may not reach would never be sent).
+    pub fn check_secrets(&self) -> Result<(), EgressError> {
+        berth_egress::check_unique(&self.secrets)?;
+        for secret in &self.secrets {
+            if !self.secret_values.contains_key(&secret.name) {
+                return Err(EgressError::SecretWithoutValue(secret.name.clone()));
+            }
+            for rule in &secret.hosts {
+                let text = rule.to_string();
+                if text.starts_with("*.") {
+                    continue;
+                }
+                let (host, port) = match rule.port() {
+                    Some(port) => (
+                        text.rsplit_once(':').map_or(text.as_str(), |(h, _)| h),
+                        port,
+                    ),
+                    None => (text.as_str(), 443),
+                };
+                if let Err(denial) = self.policy.decide(host, port) {
+                    return Err(EgressError::SecretHostNotAllowed {
+                        secret: secret.name.clone(),
+                        host: text.clone(),
+                        why: denial.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A sandbox's egress, as its state keeps it.
@@ -70,6 +135,82 @@ impl EgressState {
 
     fn daemon_dir(&self) -> EgressDir {
         EgressDir::new(&self.dir)
+    }
+
+    /// Keeps the values of `settings`' secrets for this sandbox's daemon
+    /// (mode 0600, outside what the sandbox is given); the state keeps
+    /// only their names, hosts and placeholders.
+    pub fn store_secrets(&mut self, settings: &EgressSettings) -> Result<(), EgressError> {
+        let stored: Vec<StoredSecret> = settings
+            .secrets
+            .iter()
+            .map(|binding| {
+                let value = settings
+                    .secret_values
+                    .get(&binding.name)
+                    .cloned()
+                    .ok_or_else(|| EgressError::SecretWithoutValue(binding.name.clone()))?;
+                Ok(StoredSecret {
+                    binding: binding.clone(),
+                    value,
+                })
+            })
+            .collect::<Result<_, EgressError>>()?;
+        self.settings.secret_values.clear();
+        if stored.is_empty() {
+            return Ok(());
+        }
+        self.daemon_dir()
+            .write_secrets(&stored)
+            .map_err(|source| EgressError::Start {
+                dir: self.dir.display().to_string(),
+                source,
+            })
+    }
+
+    /// The values of this sandbox's secrets, from its daemon's directory
+    /// (for a fork, which sends them to the same hosts).
+    pub fn secret_values(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, SecretValue>, EgressError> {
+        let stored = self
+            .daemon_dir()
+            .read_secrets()
+            .map_err(|e| EgressError::SecretsUnreadable(e.to_string()))?;
+        Ok(stored
+            .into_iter()
+            .map(|s| (s.binding.name, s.value))
+            .collect())
+    }
+
+    /// The variables every command of the sandbox gets: the proxy's, and
+    /// for a sandbox with secrets, each secret's placeholder and the trust
+    /// bundle that holds the sandbox's CA, under the names common tools
+    /// read (OpenSSL, curl, git, Python's requests and pip, Node.js).
+    pub fn environment(&self) -> Vec<(String, String)> {
+        let mut vars = proxy_environment();
+        if self.settings.secrets.is_empty() {
+            return vars;
+        }
+        for secret in &self.settings.secrets {
+            vars.push((secret.name.clone(), secret.placeholder.clone()));
+        }
+        let bundle = format!("{SANDBOX_EGRESS_DIR}/{CA_BUNDLE}");
+        for name in [
+            "SSL_CERT_FILE",
+            "CURL_CA_BUNDLE",
+            "GIT_SSL_CAINFO",
+            "REQUESTS_CA_BUNDLE",
+            "PIP_CERT",
+            "AWS_CA_BUNDLE",
+        ] {
+            vars.push((name.to_string(), bundle.clone()));
+        }
+        vars.push((
+            "NODE_EXTRA_CA_CERTS".to_string(),
+            format!("{SANDBOX_EGRESS_DIR}/{CA_CERTIFICATE}"),
+        ));
+        vars
     }
 
     /// The host directory a backend binds at [`SANDBOX_EGRESS_DIR`].
@@ -140,6 +281,28 @@ pub enum EgressError {
     /// It did not take a request.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// A secret is not one.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// A secret was named with no value.
+    #[error("the secret {0} has no value: give it with --secret {0}=@FILE")]
+    SecretWithoutValue(String),
+    /// A secret is bound to a host the policy does not allow.
+    #[error(
+        "the secret {secret} is bound to {host}, which the policy does not allow ({why}); \
+         allow it with --allow-host {host}"
+    )]
+    SecretHostNotAllowed {
+        /// The secret.
+        secret: String,
+        /// The host rule.
+        host: String,
+        /// The policy's reason.
+        why: String,
+    },
+    /// The secrets kept for the daemon could not be read.
+    #[error("reading the sandbox's secrets: {0}")]
+    SecretsUnreadable(String),
 }
 
 /// `$BERTH_EGRESS`, else `berth-egress` beside the running program or in

@@ -63,6 +63,7 @@ async fn sandbox(client: &SandboxClient, port: u16) -> anyhow::Result<Sandbox> {
                 .egress(EgressSettings {
                     policy,
                     test_resolve: vec!["*.bench.test=127.0.0.1".parse()?],
+                    ..EgressSettings::default()
                 }),
         )
         .await?;

@@ -17,10 +17,13 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
 
+use crate::ca::SandboxCa;
 use crate::control::{read_line, ControlReply, ControlRequest, EgressStatus};
+use crate::intercept::Interception;
 use crate::point::{EgressPoint, Resolver};
 use crate::policy::EgressPolicy;
 use crate::resolve::TestResolve;
+use crate::secrets::StoredSecret;
 
 /// The most connections one sandbox may have open through its egress
 /// point; the next is answered `503` and closed.
@@ -82,6 +85,44 @@ impl EgressDir {
         self.sandbox_dir().join(POINT_SOCKET)
     }
 
+    /// The sandbox's secrets with their values (JSON, mode 0600); never in
+    /// [`EgressDir::sandbox_dir`].
+    pub fn secrets_file(&self) -> PathBuf {
+        self.root.join("secrets.json")
+    }
+
+    /// The key of the sandbox's CA (PEM, mode 0600), made by the daemon.
+    pub fn ca_key_file(&self) -> PathBuf {
+        self.root.join("ca-key.pem")
+    }
+
+    /// The certificate of the sandbox's CA, given to the sandbox.
+    pub fn ca_certificate(&self) -> PathBuf {
+        self.sandbox_dir().join(CA_CERTIFICATE)
+    }
+
+    /// What the sandbox trusts: the host's trust roots and the sandbox's CA.
+    pub fn ca_bundle(&self) -> PathBuf {
+        self.sandbox_dir().join(CA_BUNDLE)
+    }
+
+    /// Keeps the sandbox's secrets, values and all, for its daemon (mode
+    /// 0600 in a directory of mode 0700). Replaces any kept before.
+    pub fn write_secrets(&self, secrets: &[StoredSecret]) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.root)?;
+        std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))?;
+        write_json(&self.secrets_file(), secrets)
+    }
+
+    /// The secrets kept for the daemon (none when none were).
+    pub fn read_secrets(&self) -> Result<Vec<StoredSecret>, DaemonError> {
+        if self.secrets_file().exists() {
+            read_json(&self.secrets_file())
+        } else {
+            Ok(Vec::new())
+        }
+    }
+
     /// Writes the policy (and the test names) the daemon will start with.
     pub fn write_settings(
         &self,
@@ -97,6 +138,12 @@ impl EgressDir {
 
 /// The file name of the egress point's socket in the sandbox's directory.
 pub const POINT_SOCKET: &str = "point.sock";
+/// The file name of the sandbox's CA certificate in its directory (there
+/// only when it has secrets).
+pub const CA_CERTIFICATE: &str = "ca.pem";
+/// The file name of the sandbox's trust bundle in its directory: the
+/// host's roots and the sandbox's CA (there only when it has secrets).
+pub const CA_BUNDLE: &str = "ca-bundle.pem";
 
 /// Why the daemon could not run.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +159,9 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    /// Its secrets' CA or trust roots could not be set up.
+    #[error("egress daemon: {0}")]
+    Interception(String),
     /// Its settings are not valid JSON of the right shape.
     #[error("egress daemon: {path} is not valid: {why}")]
     Settings {
@@ -162,12 +212,13 @@ pub async fn serve(dir: &EgressDir) -> Result<DaemonExit, DaemonError> {
     } else {
         Vec::new()
     };
-    let point = EgressPoint::new(policy, Resolver::with_test_names(test_names));
-
     let sandbox_dir = dir.sandbox_dir();
     std::fs::create_dir_all(&sandbox_dir).map_err(io("creating", &sandbox_dir))?;
     std::fs::set_permissions(&sandbox_dir, std::fs::Permissions::from_mode(0o755))
         .map_err(io("setting the mode of", &sandbox_dir))?;
+    let interception = interception(dir)?;
+    let point =
+        EgressPoint::with_interception(policy, Resolver::with_test_names(test_names), interception);
     let points = bind(&dir.point_socket(), 0o666)?;
     let control = bind(&dir.control_socket(), 0o600)?;
     tracing::info!(dir = %dir.root().display(), "egress daemon serving");
@@ -212,6 +263,47 @@ pub async fn serve(dir: &EgressDir) -> Result<DaemonExit, DaemonError> {
     let _ = std::fs::remove_file(dir.point_socket());
     tracing::info!(?exit, "egress daemon exiting");
     Ok(exit)
+}
+
+/// The interception of a sandbox with secrets: its CA (made at the first
+/// start), the host's trust roots, and the sandbox's trust bundle written
+/// for it. `None` for a sandbox without secrets.
+fn interception(dir: &EgressDir) -> Result<Option<Interception>, DaemonError> {
+    let secrets = dir.read_secrets()?;
+    if secrets.is_empty() {
+        return Ok(None);
+    }
+    let failed = |e: &dyn std::fmt::Display| DaemonError::Interception(e.to_string());
+    let hosts: Vec<&crate::rules::HostRule> = secrets
+        .iter()
+        .flat_map(|s| s.binding.hosts.iter())
+        .collect();
+    let ca = SandboxCa::load_or_create(&dir.ca_key_file(), &dir.ca_certificate(), &hosts)
+        .map_err(|e| failed(&e))?;
+    let native = rustls_native_certs::load_native_certs();
+    for error in &native.errors {
+        tracing::warn!(%error, "reading the host's trust roots");
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let mut bundle = String::new();
+    for certificate in native.certs {
+        bundle.push_str(&pem::encode(&pem::Pem::new(
+            "CERTIFICATE",
+            certificate.to_vec(),
+        )));
+        // A root rustls cannot use is still the sandbox's to trust.
+        let _ = roots.add(certificate);
+    }
+    bundle.push_str(ca.certificate_pem());
+    std::fs::write(dir.ca_bundle(), bundle).map_err(io("writing", &dir.ca_bundle()))?;
+    tracing::info!(
+        secrets = secrets.len(),
+        roots = roots.len(),
+        "secrets by placeholder: TLS to their hosts is intercepted"
+    );
+    Interception::new(secrets, ca, roots)
+        .map(Some)
+        .map_err(|e| failed(&e))
 }
 
 fn bind(path: &Path, mode: u32) -> Result<UnixListener, DaemonError> {

@@ -35,6 +35,10 @@ pub struct Connection {
     pub bytes_out: u64,
     /// Bytes from the host to the sandbox.
     pub bytes_in: u64,
+    /// The secrets whose values the egress point put in its requests
+    /// (by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
     /// Allowed or denied, and by what.
     #[serde(flatten)]
     pub verdict: Verdict,
@@ -95,6 +99,13 @@ impl ConnectionLog {
         }
     }
 
+    /// Notes the secrets sent on the connection recorded as `sequence`.
+    pub fn note_secrets(&mut self, sequence: u64, names: Vec<String>) {
+        if let Some(entry) = self.get_mut(sequence) {
+            entry.secrets = names;
+        }
+    }
+
     fn get_mut(&mut self, sequence: u64) -> Option<&mut Connection> {
         let index = usize::try_from(sequence.checked_sub(self.dropped)?).ok()?;
         self.entries.get_mut(index)
@@ -124,6 +135,7 @@ mod tests {
             port: 443,
             bytes_out: 0,
             bytes_in: 0,
+            secrets: Vec::new(),
             verdict: Verdict::Allowed {
                 rule: "*.test".into(),
             },

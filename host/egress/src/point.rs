@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::intercept::Interception;
 use crate::log::{Connection, ConnectionLog, Verdict};
 use crate::policy::{Denial, EgressPolicy};
 use crate::resolve::TestResolve;
@@ -83,6 +84,9 @@ struct Shared {
     log: Mutex<ConnectionLog>,
     resolver: Resolver,
     open: AtomicU64,
+    /// The sandbox's secrets and CA; `None`: it has no secrets, and the
+    /// point reads inside no TLS connection.
+    interception: Option<Interception>,
 }
 
 /// Counts a connection as open until dropped (however serving ends).
@@ -107,12 +111,21 @@ enum Refusal {
 impl EgressPoint {
     /// An egress point applying `policy`, resolving with `resolver`.
     pub fn new(policy: EgressPolicy, resolver: Resolver) -> Self {
+        Self::with_interception(policy, resolver, None)
+    }
+
+    pub(crate) fn with_interception(
+        policy: EgressPolicy,
+        resolver: Resolver,
+        interception: Option<Interception>,
+    ) -> Self {
         EgressPoint {
             shared: Arc::new(Shared {
                 policy: RwLock::new(policy),
                 log: Mutex::new(ConnectionLog::default()),
                 resolver,
                 open: AtomicU64::new(0),
+                interception,
             }),
         }
     }
@@ -188,6 +201,18 @@ impl EgressPoint {
             first = self
                 .check_server_name(client, &request.host, request.port, first, sequence)
                 .await?;
+            if let Some(interception) = &self.shared.interception {
+                if !interception.bound(&request.host, request.port).is_empty() {
+                    let done = interception
+                        .serve(&mut *client, first, &request.host, request.port, upstream)
+                        .await
+                        .map_err(Refusal::Unreachable)?;
+                    let mut log = lock(&self.shared.log);
+                    log.update(sequence, done.bytes_out, done.bytes_in);
+                    log.note_secrets(sequence, done.used);
+                    return Ok(());
+                }
+            }
         } else {
             let head = request.forwarded_head();
             sent += head.len() as u64;
@@ -245,6 +270,7 @@ impl EgressPoint {
             port,
             bytes_out: 0,
             bytes_in: 0,
+            secrets: Vec::new(),
             verdict,
         })
     }

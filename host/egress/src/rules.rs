@@ -135,6 +135,11 @@ impl HostRule {
         }
     }
 
+    /// The name (for `*.domain`, the domain).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The port this rule is for; `None`: the policy's default ports.
     pub fn port(&self) -> Option<u16> {
         self.port

@@ -50,7 +50,7 @@ from agents.sandbox.session.runtime_helpers import (
 from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
-from pydantic import Field
+from pydantic import BaseModel, Field, SecretStr
 
 import berth_client
 from berth_client import Berth, BerthError, NotFound, PathRefused
@@ -70,7 +70,10 @@ class BerthSandboxClientOptions(BaseSandboxClientOptions):
     ``remote:MANIFEST`` for a plugin store, …). ``allow_hosts`` (with
     ``deny_hosts``, ``allow_cidrs``) holds it to an egress policy: default
     deny, enforced on Berth's host; its tools reach the allowed hosts
-    through the proxy variables Berth sets."""
+    through the proxy variables Berth sets. ``secrets`` (name →
+    ``BerthSecret``) keeps credentials out of the sandbox: it sees a
+    placeholder, which Berth's egress point replaces with the value in
+    requests to the secret's hosts only."""
 
     type: Literal["berth"] = "berth"
     image: Optional[str] = None
@@ -85,6 +88,18 @@ class BerthSandboxClientOptions(BaseSandboxClientOptions):
     allow_hosts: Optional[tuple[str, ...]] = None
     deny_hosts: tuple[str, ...] = ()
     allow_cidrs: tuple[str, ...] = ()
+    secrets: dict[str, "BerthSecret"] = Field(default_factory=dict)
+
+
+class BerthSecret(BaseModel):
+    """A secret's value (never shown in a repr or a dump) and the hosts it
+    is sent to."""
+
+    value: SecretStr
+    hosts: tuple[str, ...]
+
+
+BerthSandboxClientOptions.model_rebuild()
 
 
 class BerthSandboxSessionState(SandboxSessionState):
@@ -498,6 +513,11 @@ class BerthSandboxClient(BaseSandboxClient[BerthSandboxClientOptions]):
             extra["allow_hosts"] = list(options.allow_hosts or ())
             extra["deny_hosts"] = list(options.deny_hosts)
             extra["allow_cidrs"] = list(options.allow_cidrs)
+            if options.secrets:
+                extra["secrets"] = {
+                    key: {"value": secret.value.get_secret_value(), "hosts": list(secret.hosts)}
+                    for key, secret in options.secrets.items()
+                }
         # The SDK materialises its manifest itself: the Berth workspace is
         # only its root, which Berth makes, keeps and snapshots.
         await _run(

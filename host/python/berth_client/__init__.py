@@ -408,6 +408,7 @@ class Berth:
         deny_hosts: Optional[list] = None,
         allow_cidrs: Optional[list] = None,
         test_resolve: Optional[list] = None,
+        secrets: Optional[dict] = None,
         **options: Any,
     ) -> "Sandbox":
         """Creates (and by default starts) a sandbox.
@@ -429,7 +430,14 @@ class Berth:
         the allowed hosts through the proxy variables Berth sets. An empty
         list is a policy too (it reaches nothing). ``test_resolve``
         (``["*.pkg.test=127.0.0.1"]``) is for tests: names under ``.test``
-        only."""
+        only.
+
+        ``secrets`` keeps credentials out of the sandbox:
+        ``{"OPENAI_KEY": {"value": key, "hosts": ["api.openai.com"]}}``.
+        The sandbox sees ``OPENAI_KEY`` set to a placeholder; the egress
+        point puts the value in its place in the request headers of HTTPS
+        connections to those hosts only (each must be allowed). The server
+        keeps the value (mode 0600) and never gives it back."""
         body = {"name": name, "start": start, **options}
         if any(v is not None for v in (allow_hosts, deny_hosts, allow_cidrs)):
             body["egress"] = {
@@ -437,9 +445,15 @@ class Berth:
                 "deny_hosts": list(deny_hosts or []),
                 "allow_cidrs": list(allow_cidrs or []),
                 "test_resolve": list(test_resolve or []),
+                "secrets": [
+                    {"name": key, "value": spec["value"], "hosts": list(spec["hosts"])}
+                    for key, spec in (secrets or {}).items()
+                ],
             }
-        elif test_resolve:
-            raise ValueError("test_resolve needs a policy: give allow_hosts (an empty list denies everything)")
+        elif test_resolve or secrets:
+            raise ValueError(
+                "test_resolve and secrets need a policy: give allow_hosts (an empty list denies everything)"
+            )
         for key, value in (
             ("backend", backend),
             ("image", image),

@@ -5,6 +5,7 @@ tests/server.rs; by hand: `berth serve &` then
 
 import hashlib
 import io
+import json
 import os
 import subprocess
 import tarfile
@@ -260,6 +261,44 @@ class ClientTest(unittest.TestCase):
         finally:
             box.remove()
             server.shutdown()
+
+    def test_l_a_secret_is_a_placeholder_inside_and_never_given_back(self):
+        value = "sk-py-" + uuid.uuid4().hex
+        with self.assertRaises(BerthError) as refused:
+            self.berth.create(
+                "py-secret-refused",
+                backend="docker",
+                image=IMAGE,
+                allow_hosts=["other.pkg.test"],
+                secrets={"API_KEY": {"value": value, "hosts": ["api.pkg.test"]}},
+            )
+        self.assertEqual(refused.exception.status, 400)
+        self.assertIn("--allow-host api.pkg.test", str(refused.exception))
+        self.assertNotIn(value, str(refused.exception))
+        name = "py-secret-" + uuid.uuid4().hex[:8]
+        box = self.berth.create(
+            name,
+            backend="docker",
+            image=IMAGE,
+            allow_hosts=["api.pkg.test"],
+            secrets={"API_KEY": {"value": value, "hosts": ["api.pkg.test"]}},
+        )
+        try:
+            placeholder = box.exec('printf %s "$API_KEY"').stdout
+            self.assertTrue(placeholder.startswith("BERTH_SECRET_API_KEY_"), placeholder)
+            report = box.egress()
+            self.assertEqual(
+                report["secrets"],
+                [{"name": "API_KEY", "hosts": ["api.pkg.test"], "placeholder": placeholder}],
+            )
+            self.assertNotIn(value, json.dumps(report))
+            self.assertNotIn(value, json.dumps(box.inspect()))
+            found = box.exec(
+                f"grep -rlsF '{value}' / --exclude-dir=proc --exclude-dir=sys; env | grep -cF '{value}'"
+            )
+            self.assertEqual(found.stdout.strip(), "0")
+        finally:
+            box.remove()
 
 
 class TcpAndLimitsTest(unittest.TestCase):

@@ -32,6 +32,44 @@ pub struct CreateEgress {
     /// For tests: `NAME=ADDR[,ADDR]`, names under `.test` only.
     #[serde(default)]
     pub test_resolve: Vec<String>,
+    /// Secrets by placeholder: the sandbox sees each name set to a
+    /// placeholder; the egress point sends the value in its place to the
+    /// secret's hosts only. Values are never given back.
+    #[serde(default)]
+    pub secrets: Vec<CreateSecret>,
+}
+
+/// A secret in a create. Its value is kept by Berth (mode 0600), never in
+/// the sandbox, its state, its snapshots or a reply.
+#[derive(Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSecret {
+    /// The environment variable that holds the placeholder in the sandbox.
+    pub name: String,
+    /// The value sent in the placeholder's place.
+    pub value: String,
+    /// `HOST[:PORT]` the value is sent to (each allowed by the policy).
+    pub hosts: Vec<String>,
+}
+
+impl std::fmt::Debug for CreateSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateSecret")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A secret of a sandbox, as reported: never its value.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct EgressSecret {
+    /// The variable holding the placeholder.
+    pub name: String,
+    /// The hosts its value is sent to.
+    pub hosts: Vec<String>,
+    /// What the sandbox holds instead of the value.
+    pub placeholder: String,
 }
 
 /// One connection a sandbox asked for.
@@ -55,6 +93,9 @@ pub struct EgressConnection {
     /// Why it was denied, naming the rule (or the missing one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The secrets whose values were sent on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 /// `GET /v1/sandboxes/{name}/egress`.
@@ -62,6 +103,9 @@ pub struct EgressConnection {
 pub struct EgressReport {
     /// The policy in force (kept in the sandbox's state).
     pub policy: EgressRules,
+    /// The sandbox's secrets (names, hosts, placeholders).
+    #[serde(default)]
+    pub secrets: Vec<EgressSecret>,
     /// Whether its egress point runs (it starts with the sandbox).
     pub running: bool,
     /// The newest connections, oldest first (a bounded log).
@@ -111,14 +155,35 @@ impl EgressRules {
 impl CreateEgress {
     /// The library's settings, or what is wrong.
     pub fn settings(&self) -> Result<berth::egress::EgressSettings, String> {
-        Ok(berth::egress::EgressSettings {
+        let mut settings = berth::egress::EgressSettings {
             policy: self.rules.policy()?,
             test_resolve: self
                 .test_resolve
                 .iter()
                 .map(|r| r.parse().map_err(|e| format!("`test_resolve`: {e}")))
                 .collect::<Result<_, _>>()?,
-        })
+            ..Default::default()
+        };
+        for secret in &self.secrets {
+            settings
+                .add_secret(&secret.name, &secret.value, &secret.hosts)
+                .map_err(|e| format!("`secrets`: {e}"))?;
+        }
+        settings
+            .check_secrets()
+            .map_err(|e| format!("`secrets`: {e}"))?;
+        Ok(settings)
+    }
+}
+
+impl EgressSecret {
+    /// The reported form of a secret's binding.
+    pub fn of(binding: &berth::egress::SecretBinding) -> Self {
+        EgressSecret {
+            name: binding.name.clone(),
+            hosts: binding.hosts.iter().map(ToString::to_string).collect(),
+            placeholder: binding.placeholder.clone(),
+        }
     }
 }
 
@@ -138,6 +203,7 @@ impl EgressConnection {
             verdict: verdict.to_string(),
             rule,
             reason,
+            secrets: c.secrets.clone(),
         }
     }
 }

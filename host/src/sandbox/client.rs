@@ -465,7 +465,14 @@ impl SandboxClient {
             .backend(backend)
             .options(options);
         // A fork is held to its source's policy, by a daemon of its own.
-        spec.egress = source.egress.as_ref().map(|e| e.settings.clone());
+        spec.egress = match &source.egress {
+            Some(egress) => {
+                let mut settings = egress.settings.clone();
+                settings.secret_values = egress.secret_values()?;
+                Some(settings)
+            }
+            None => None,
+        };
         self.create_from(spec, Some(&previous)).await
     }
 
@@ -563,13 +570,17 @@ impl SandboxClient {
             egress,
         } = spec;
         workspace.validate()?;
-        if egress.is_some() {
+        if let Some(settings) = &egress {
             if let (kind, Err(why)) = backend.routes_egress() {
                 return Err(SandboxError::EgressNotRouted { backend: kind, why });
             }
+            settings.check_secrets()?;
         }
         let session_id = new_session_id();
-        let egress = egress.map(|settings| EgressState::new(settings, &self.home, &session_id));
+        let egress_settings = egress;
+        let mut egress = egress_settings
+            .as_ref()
+            .map(|settings| EgressState::new(settings.clone(), &self.home, &session_id));
         let route = egress.as_ref().map(EgressState::route);
         let id = match snapshot_id {
             Some(id) => {
@@ -610,6 +621,9 @@ impl SandboxClient {
             .await?;
         backend.check_workspace(&workspace)?;
         entries::check_sources(&workspace, Selection::All)?;
+        if let (Some(state), Some(settings)) = (&mut egress, &egress_settings) {
+            state.store_secrets(settings)?;
+        }
         let options = self.with_state_file(options, &session_id);
         let state = SandboxState {
             backend: backend.state()?,

@@ -204,8 +204,8 @@ impl Sandbox {
     /// manifest cannot override: they are the only way out).
     pub(super) fn command_environment(&self) -> std::collections::BTreeMap<String, String> {
         let mut env = self.state.manifest.environment.clone();
-        if self.state.egress.is_some() {
-            env.extend(crate::egress::proxy_environment());
+        if let Some(egress) = &self.state.egress {
+            env.extend(egress.environment());
         }
         env
     }

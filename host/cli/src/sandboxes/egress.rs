@@ -66,12 +66,55 @@ pub struct CreateEgressArgs {
     /// for any name outside .test.
     #[arg(long = "test-resolve", value_name = "NAME=ADDR[,ADDR]")]
     test_resolve: Vec<TestResolve>,
+    /// A secret kept out of the sandbox: it sees NAME set to a placeholder,
+    /// and the egress point puts the value (read from FILE, or from this
+    /// process's variable VAR) in its place in the request headers of
+    /// HTTPS connections to the hosts of --secret-hosts. Repeatable.
+    #[arg(long = "secret", value_name = "NAME=@FILE|NAME=env:VAR")]
+    secrets: Vec<String>,
+    /// The hosts secret NAME is sent to (each must be allowed by
+    /// --allow-host). Repeatable.
+    #[arg(long = "secret-hosts", value_name = "NAME=HOST[,HOST]")]
+    secret_hosts: Vec<String>,
+}
+
+/// `NAME=VALUE` split at its first `=`, or an error naming the flag.
+fn name_and_value<'a>(
+    flag: &str,
+    text: &'a str,
+    shape: &str,
+) -> anyhow::Result<(&'a str, &'a str)> {
+    text.split_once('=')
+        .filter(|(name, _)| !name.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("{flag} {text:?}: expected {shape}"))
+}
+
+/// The value of `--secret NAME=@FILE` or `NAME=env:VAR`.
+fn secret_value(name: &str, source: &str) -> anyhow::Result<String> {
+    if let Some(path) = source.strip_prefix('@') {
+        return std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--secret {name}: reading {path}: {e}"));
+    }
+    if let Some(var) = source.strip_prefix("env:") {
+        return std::env::var(var).map_err(|_| {
+            anyhow::anyhow!("--secret {name}: the variable {var} is not set (or not UTF-8)")
+        });
+    }
+    anyhow::bail!(
+        "--secret {name}: give the value from a file (--secret {name}=@FILE) or a variable \
+         (--secret {name}=env:VAR), not on the command line, where any process can read it"
+    )
 }
 
 impl CreateEgressArgs {
     /// The settings the flags give; `None` when none asks for a policy.
     pub fn settings(&self) -> anyhow::Result<Option<EgressSettings>> {
         if self.rules.is_empty() && !self.egress_deny_all {
+            if !self.secrets.is_empty() {
+                anyhow::bail!(
+                    "--secret needs an egress policy that allows the secret's hosts: add --allow-host HOST"
+                );
+            }
             if !self.test_resolve.is_empty() {
                 anyhow::bail!(
                     "--test-resolve names addresses for the egress point of a sandbox with a policy: add --allow-host (or --egress-deny-all)"
@@ -81,10 +124,37 @@ impl CreateEgressArgs {
         }
         let mut policy = EgressPolicy::default();
         self.rules.add_to(&mut policy);
-        Ok(Some(EgressSettings {
+        let mut settings = EgressSettings {
             policy,
             test_resolve: self.test_resolve.clone(),
-        }))
+            ..EgressSettings::default()
+        };
+        let mut hosts: Vec<(&str, Vec<String>)> = Vec::new();
+        for text in &self.secret_hosts {
+            let (name, list) = name_and_value("--secret-hosts", text, "NAME=HOST[,HOST]")?;
+            let list = list.split(',').map(|h| h.trim().to_string());
+            match hosts.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, known)) => known.extend(list),
+                None => hosts.push((name, list.collect())),
+            }
+        }
+        for text in &self.secrets {
+            let (name, source) = name_and_value("--secret", text, "NAME=@FILE or NAME=env:VAR")?;
+            let value = secret_value(name, source)?;
+            let bound = hosts
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, h)| h.clone())
+                .unwrap_or_default();
+            settings.add_secret(name, &value, &bound)?;
+        }
+        if let Some((name, _)) = hosts
+            .iter()
+            .find(|(n, _)| !settings.secrets.iter().any(|s| s.name == *n))
+        {
+            anyhow::bail!("--secret-hosts {name}=…: no --secret {name} is given");
+        }
+        Ok(Some(settings))
     }
 }
 
@@ -126,11 +196,13 @@ pub async fn egress(args: EgressArgs) -> anyhow::Result<ExitCode> {
         args.rules.add_to(&mut policy);
         sandbox.set_egress_policy(policy).await?;
     }
-    let policy = sandbox
+    let settings = sandbox
         .state()
         .egress
-        .map(|e| e.settings.policy)
+        .map(|e| e.settings)
         .unwrap_or_default();
+    let policy = settings.policy;
+    let secrets = settings.secrets;
     let status = match sandbox.egress_status().await {
         Ok(status) => status,
         Err(e) => {
@@ -141,6 +213,7 @@ pub async fn egress(args: EgressArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         let value = serde_json::json!({
             "policy": policy,
+            "secrets": secrets,
             "running": status.is_some(),
             "connections": status.as_ref().map(|s| s.connections.clone()).unwrap_or_default(),
             "dropped": status.as_ref().map_or(0, |s| s.dropped),
@@ -151,6 +224,15 @@ pub async fn egress(args: EgressArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     print_policy(&policy);
+    for secret in &secrets {
+        let hosts: Vec<String> = secret.hosts.iter().map(ToString::to_string).collect();
+        println!(
+            "  secret {}: sent to {} in place of {}",
+            secret.name,
+            hosts.join(", "),
+            secret.placeholder
+        );
+    }
     match status {
         None => println!("\negress point: not running (it starts with the sandbox)"),
         Some(status) => {
@@ -163,10 +245,13 @@ pub async fn egress(args: EgressArgs) -> anyhow::Result<ExitCode> {
             let mut table =
                 table::Table::new(&["WHEN", "HOST", "PORT", "OUT", "IN", "VERDICT", "WHY"]);
             for c in &status.connections {
-                let (verdict, why) = match &c.verdict {
+                let (verdict, mut why) = match &c.verdict {
                     Verdict::Allowed { rule } => ("allowed", format!("rule {rule}")),
                     Verdict::Denied { reason } => ("denied", reason.clone()),
                 };
+                if !c.secrets.is_empty() {
+                    why.push_str(&format!("; sent {}", c.secrets.join(", ")));
+                }
                 table.row(vec![
                     clock(c.at_ms),
                     c.host.clone(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::sandboxes::{resumed, saved, Answer};
-use crate::api_egress::{EgressConnection, EgressReport, EgressRules};
+use crate::api_egress::{EgressConnection, EgressReport, EgressRules, EgressSecret};
 use crate::http::{json_reply, read_json, ApiError};
 use crate::route::Call;
 use crate::Inner;
@@ -18,14 +18,15 @@ fn no_policy(name: &str) -> ApiError {
 }
 
 async fn report(sandbox: &berth::Sandbox) -> EgressReport {
-    let policy = sandbox
+    let settings = sandbox
         .state()
         .egress
-        .map(|e| e.settings.policy)
+        .map(|e| e.settings)
         .unwrap_or_default();
     let status = sandbox.egress_status().await.ok().flatten();
     EgressReport {
-        policy: EgressRules::of(&policy),
+        policy: EgressRules::of(&settings.policy),
+        secrets: settings.secrets.iter().map(EgressSecret::of).collect(),
         running: status.is_some(),
         connections: status
             .as_ref()

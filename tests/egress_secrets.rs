@@ -1,0 +1,357 @@
+//! Secrets by placeholder, tried as a user would: `berth create --secret
+//! NAME=@FILE --secret-hosts NAME=HOST` in fresh processes, real tools
+//! (curl, Python's urllib, openssl) in a confined local sandbox, and an
+//! HTTPS server this test starts on loopback. The promise: the server the
+//! secret is bound to sees its value; any other sees the placeholder; the
+//! value is nowhere the sandbox can look (its files, its environment,
+//! `/proc`), nor in the sandbox's state, snapshots or logs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::egress::server;
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A test CA and a server certificate for `*.pkg.test` it signed, as a
+/// real server's would be (rustls, which the egress point verifies with,
+/// refuses a CA certificate used as a server's): (CA, certificate, key).
+fn ca_and_certificate(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-subj",
+            "/CN=pkg.test test CA",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=pkg.test",
+        ],
+    );
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:*.pkg.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "server.pem",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    )
+}
+
+/// `berth ARGS` with `BERTH_HOME=home` and the test server's certificate
+/// as the host's trust roots (`SSL_CERT_FILE`, which the egress daemon
+/// reads, as OpenSSL does).
+fn berth(home: &Path, roots: &Path, args: &[&str]) -> Output {
+    Command::new(berth_tests::berth_bin())
+        .env("BERTH_HOME", home)
+        .env("SSL_CERT_FILE", roots)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: Output, what: &str) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed: {text}");
+    text
+}
+
+/// Every file under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file() {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    found.push(path.display().to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_secret_reaches_its_host_and_nothing_else_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let home = home.as_path();
+    let store = dir.path().join("store");
+    let manifest = berth_tests::fs_store_manifest(dir.path(), &store);
+    let snapshot = format!("remote:{}", manifest.display());
+    let scratch = tempfile::tempdir().unwrap();
+    let (cert, server_cert, key) = ca_and_certificate(scratch.path());
+    let https = server(Some((&server_cert, &key)));
+    let port = https.port.to_string();
+    let value = format!("sk-test-{:016x}", rand::random::<u64>());
+    let source = scratch.path().join("key.txt");
+    std::fs::write(&source, format!("{value}\n")).unwrap();
+
+    // Refused before anything is made: a secret bound to a host the
+    // policy does not allow, and a value given on the command line.
+    let refused = berth(
+        home,
+        &cert,
+        &[
+            "create",
+            "r",
+            "--allow-host",
+            "other.pkg.test",
+            "--secret",
+            &format!("API_KEY=@{}", source.display()),
+            "--secret-hosts",
+            "API_KEY=api.pkg.test",
+        ],
+    );
+    let text = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(!refused.status.success());
+    assert!(text.contains("--allow-host api.pkg.test"), "{text}");
+    let literal = berth(
+        home,
+        &cert,
+        &[
+            "create",
+            "r",
+            "--allow-host",
+            "api.pkg.test",
+            "--secret",
+            "API_KEY=sk-x",
+            "--secret-hosts",
+            "API_KEY=api.pkg.test",
+        ],
+    );
+    assert!(!literal.status.success());
+    assert!(String::from_utf8_lossy(&literal.stderr).contains("=@FILE"));
+    assert!(!berth_tests::berth_in(home, &["inspect", "r"])
+        .status
+        .success());
+
+    let api = format!("api.pkg.test:{port}");
+    let other = format!("other.pkg.test:{port}");
+    ok(
+        berth(
+            home,
+            &cert,
+            &[
+                "create",
+                "s",
+                "--snapshot",
+                &snapshot,
+                "--dedup",
+                "--allow-host",
+                &api,
+                "--allow-host",
+                &other,
+                "--test-resolve",
+                "*.pkg.test=127.0.0.1",
+                "--allow-cidr",
+                &format!("127.0.0.0/8:{port}"),
+                "--secret",
+                &format!("API_KEY=@{}", source.display()),
+                "--secret-hosts",
+                &format!("API_KEY={api}"),
+            ],
+        ),
+        "create",
+    );
+    // The user's file is theirs; Berth keeps its own copy.
+    std::fs::remove_file(&source).unwrap();
+    let exec = |script: &str| {
+        let out = berth(home, &cert, &["exec", "s", "--", script]);
+        (
+            out.status.code().unwrap_or(-1),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+
+    // The sandbox holds a placeholder.
+    let (_, placeholder) = exec("printf %s \"$API_KEY\"");
+    assert!(
+        placeholder.starts_with("BERTH_SECRET_API_KEY_"),
+        "{placeholder}"
+    );
+
+    // Its host gets the value (curl, then Python), in place of the
+    // placeholder, wherever it stands in the header.
+    let (code, out) = exec(&format!(
+        "curl -sS -H \"Authorization: Bearer $API_KEY\" https://{api}/auth"
+    ));
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("auth=Bearer {value}").as_str())
+    );
+    let (code, out) = exec(&format!(
+        "python3 -c \"import os,urllib.request as u; r=u.Request('https://{api}/auth', headers={{'Authorization': 'token='+os.environ['API_KEY']+';'}}); print(u.urlopen(r).read().decode().strip())\""
+    ));
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("auth=token={value};").as_str())
+    );
+
+    // Any other host gets the placeholder, over TLS the point does not
+    // read: the certificate the sandbox sees is the server's own.
+    let (code, out) = exec(&format!(
+        "curl -sS -H \"Authorization: Bearer $API_KEY\" https://{other}/auth"
+    ));
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("auth=Bearer {placeholder}").as_str())
+    );
+    let issuer = |host: &str| {
+        exec(&format!(
+            "echo | openssl s_client -proxy 127.0.0.1:3128 -connect {host} -servername {} 2>/dev/null | openssl x509 -noout -issuer",
+            host.split(':').next().unwrap()
+        ))
+        .1
+    };
+    assert!(issuer(&other).contains("pkg.test"), "{}", issuer(&other));
+    assert!(
+        issuer(&api).contains("Berth sandbox egress CA"),
+        "{}",
+        issuer(&api)
+    );
+    // A request in the tunnel to the secret's host that names another
+    // host is refused, not sent there with the value.
+    let (_, out) = exec(&format!(
+        "curl -sS -H 'Host: other.pkg.test' -H \"Authorization: Bearer $API_KEY\" https://{api}/auth"
+    ));
+    assert!(out.contains("must name api.pkg.test"), "{out}");
+    assert!(!out.contains(&value));
+
+    // The log says which connection carried the secret, never its value.
+    let log = ok(berth(home, &cert, &["egress", "s", "--json"]), "egress");
+    let report: serde_json::Value = serde_json::from_str(&log).unwrap();
+    assert!(report["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["host"] == "api.pkg.test" && c["secrets"][0] == "API_KEY"));
+    assert_eq!(report["secrets"][0]["placeholder"], placeholder.as_str());
+    assert!(!log.contains(&value));
+
+    // Nowhere the sandbox can look: its files (the host's it is shown
+    // too), its environment, /proc. The probe's own command line must not
+    // hold the value: it is given reversed and turned back into a pattern
+    // file (excluded from the search) by `rev`, through its stdin.
+    let reversed: String = value.chars().rev().collect();
+    let (_, found) = exec(&format!(
+        "printf %s '{reversed}' | rev > /tmp/needle; \
+         grep -rlsf /tmp/needle --exclude=needle / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --exclude-dir=dev; \
+         grep -lsf /tmp/needle /proc/*/environ /proc/*/cmdline; env | grep -cf /tmp/needle"
+    ));
+    assert_eq!(
+        found.trim(),
+        "0",
+        "the value is visible in the sandbox: {found}"
+    );
+
+    // Not in the state, the snapshot or any log: only in the daemon's
+    // own file, mode 0600.
+    ok(berth(home, &cert, &["stop", "s"]), "stop");
+    assert_eq!(
+        files_holding(&store, value.as_bytes()),
+        Vec::<String>::new()
+    );
+    let holding = files_holding(home, value.as_bytes());
+    assert_eq!(holding.len(), 1, "{holding:?}");
+    assert!(holding[0].ends_with("secrets.json"), "{holding:?}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&holding[0]).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+
+    // A fork sends it to the same host, by its own daemon; after `rm`,
+    // Berth keeps it nowhere.
+    ok(berth(home, &cert, &["fork", "s", "f"]), "fork");
+    let out = berth(
+        home,
+        &cert,
+        &[
+            "exec",
+            "f",
+            "--",
+            &format!("curl -sS -H \"Authorization: Bearer $API_KEY\" https://{api}/auth"),
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("auth=Bearer {value}")
+    );
+    ok(berth(home, &cert, &["rm", "f", "--force"]), "rm f");
+    ok(berth(home, &cert, &["rm", "s", "--force"]), "rm s");
+    assert_eq!(files_holding(home, value.as_bytes()), Vec::<String>::new());
+}
