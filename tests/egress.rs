@@ -369,9 +369,21 @@ except OSError as e:
     assert!(view.contains("--deny-host denied.pkg.test"), "{view}");
 
     // The daemon killed (a host reboot, an OOM): the next command starts
-    // it again with the policy the state keeps (its log, in memory,
-    // starts again).
+    // it again with the policy the state keeps, and the log it last saved
+    // (every 2 s when it changed: waited for here).
     let dir = state.egress.as_ref().unwrap().dir.clone();
+    let logged_before = log(home, "e")["connections"].as_array().unwrap().len();
+    let saved = dir.join("connections.json");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read(&saved)
+        .ok()
+        .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
+        .map_or(0, |v| v["connections"].as_array().map_or(0, Vec::len))
+        < logged_before
+    {
+        assert!(Instant::now() < deadline, "the log was not saved");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let before = daemon_pid(&dir);
     // SAFETY: a signal to the daemon this test's sandbox started.
     unsafe { libc::kill(before, libc::SIGKILL) };
@@ -385,6 +397,12 @@ except OSError as e:
         (0, format!("hello from b.pkg.test:{hp}").as_str())
     );
     assert_ne!(daemon_pid(&dir), before);
+    let after = log(home, "e");
+    assert_eq!(
+        after["connections"].as_array().unwrap().len(),
+        logged_before + 1,
+        "the log did not survive the daemon: {after:#}"
+    );
 
     // Removed with the sandbox: the daemon and its directory go.
     berth_ok(home, &["rm", "e", "--force"]);

@@ -6,6 +6,7 @@
 //! value is nowhere the sandbox can look (its files, its environment,
 //! `/proc`), nor in the sandbox's state, snapshots or logs.
 
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -115,30 +116,23 @@ fn ok(out: Output, what: &str) -> String {
     text
 }
 
-/// Every file under `dir` whose bytes hold `needle`.
+/// Every file under `dir` whose bytes hold `needle`: GNU grep, which
+/// skips the holes of a sparse file (a workspace's disk image is one).
 fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            if kind.is_dir() {
-                stack.push(path);
-            } else if kind.is_file() {
-                let bytes = std::fs::read(&path).unwrap_or_default();
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    found.push(path.display().to_string());
-                }
-            }
-        }
-    }
-    found
+    let out = Command::new("grep")
+        .args(["-rlsF", "--"])
+        .arg(std::ffi::OsStr::from_bytes(needle))
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "grep failed: {out:?}"
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -354,4 +348,171 @@ fn a_secret_reaches_its_host_and_nothing_else_sees_it() {
     ok(berth(home, &cert, &["rm", "f", "--force"]), "rm f");
     ok(berth(home, &cert, &["rm", "s", "--force"]), "rm s");
     assert_eq!(files_holding(home, value.as_bytes()), Vec::<String>::new());
+}
+
+/// Berth's home holds every sandbox's state and secrets: a confined
+/// sandbox does not see it even where it lies under a directory the
+/// sandbox is shown read-only (`/opt` here; `/usr/local` where there is
+/// no `/opt`).
+#[test]
+fn berths_home_is_hidden_from_a_confined_sandbox_under_a_shown_directory() {
+    let shown = ["/opt", "/usr/local"]
+        .into_iter()
+        .find(|d| Path::new(d).is_dir())
+        .expect("a system directory a confined sandbox is shown");
+    let dir = tempfile::Builder::new()
+        .prefix("berth-test-home-")
+        .tempdir_in(shown)
+        .unwrap();
+    let home = dir.path().join("home");
+    // Removed however the test ends: its workspace image is mounted under
+    // a host directory.
+    struct Removed(PathBuf);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = berth_tests::berth_in(&self.0, &["rm", "h", "--force"]);
+        }
+    }
+    let _removed = Removed(home.clone());
+    let value = format!("sk-home-{:016x}", rand::random::<u64>());
+    let source = dir.path().join("key.txt");
+    std::fs::write(&source, &value).unwrap();
+    let out = berth(
+        &home,
+        &source,
+        &[
+            "create",
+            "h",
+            "--allow-host",
+            "api.pkg.test",
+            "--secret",
+            &format!("K=@{}", source.display()),
+            "--secret-hosts",
+            "K=api.pkg.test",
+        ],
+    );
+    ok(out, "create");
+    std::fs::remove_file(&source).unwrap();
+    let secrets: Vec<String> = files_holding(&home, value.as_bytes());
+    assert_eq!(secrets.len(), 1, "{secrets:?}");
+    let out = berth(
+        &home,
+        &source,
+        &[
+            "exec",
+            "h",
+            "--",
+            &format!(
+                "cat {} 2>&1; ls -A {}/egress 2>&1 | wc -l",
+                secrets[0],
+                home.display()
+            ),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        !text.contains(&value),
+        "the sandbox read its secret: {text}"
+    );
+    assert!(text.contains("No such file"), "{text}");
+    // The workspace, which lies in the home, is still the sandbox's.
+    let out = berth(
+        &home,
+        &source,
+        &["exec", "h", "--", "echo kept > note && cat note"],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "kept\n");
+}
+
+/// On Docker, with busybox's wget, which asks the proxy for `GET
+/// https://…` rather than a tunnel: the egress point opens the TLS itself
+/// (verified against the host's roots), sends the value to the secret's
+/// host and the placeholder to any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_docker_sandbox_sends_a_secret_to_its_host_only() {
+    if berth_tests::docker_or_skip("a_docker_sandbox_sends_a_secret_to_its_host_only")
+        .await
+        .is_none()
+    {
+        return;
+    }
+    tokio::task::spawn_blocking(docker_secret).await.unwrap();
+}
+
+fn docker_secret() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let scratch = tempfile::tempdir().unwrap();
+    let (cert, server_cert, key) = ca_and_certificate(scratch.path());
+    let https = server(Some((&server_cert, &key)));
+    let port = https.port.to_string();
+    let value = format!("sk-docker-{:016x}", rand::random::<u64>());
+    std::fs::write(scratch.path().join("key.txt"), &value).unwrap();
+    let (api, other) = (
+        format!("api.pkg.test:{port}"),
+        format!("other.pkg.test:{port}"),
+    );
+    let image = berth_tests::test_image();
+    ok(
+        berth(
+            home,
+            &cert,
+            &[
+                "create",
+                "d",
+                "--backend",
+                "docker",
+                "--image",
+                &image,
+                "--allow-host",
+                &api,
+                "--allow-host",
+                &other,
+                "--allow-cidr",
+                &format!("127.0.0.0/8:{port}"),
+                "--test-resolve",
+                "*.pkg.test=127.0.0.1",
+                "--secret",
+                &format!("K=@{}", scratch.path().join("key.txt").display()),
+                "--secret-hosts",
+                &format!("K={api}"),
+            ],
+        ),
+        "create",
+    );
+    let get = |host: &str| {
+        let out = berth(
+            home,
+            &cert,
+            &[
+                "exec",
+                "d",
+                "--",
+                &format!("wget -qO- --header \"Authorization: Bearer $K\" https://{host}/auth"),
+            ],
+        );
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    assert_eq!(get(&api).trim(), format!("auth=Bearer {value}"));
+    let placeholder = get(&other);
+    assert!(
+        placeholder
+            .trim()
+            .starts_with("auth=Bearer BERTH_SECRET_K_"),
+        "{placeholder}"
+    );
+    let reversed: String = value.chars().rev().collect();
+    let out = berth(
+        home,
+        &cert,
+        &["exec", "d", "--", &format!(
+            "printf %s '{reversed}' | rev > /tmp/needle; grep -rlsf /tmp/needle --exclude=needle / --exclude-dir=proc --exclude-dir=sys; env | grep -cf /tmp/needle"
+        )],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+    ok(berth(home, &cert, &["rm", "d", "--force"]), "rm");
 }

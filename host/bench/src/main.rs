@@ -10,6 +10,7 @@ mod commands;
 mod dedup;
 mod docker;
 mod egress;
+mod egress_tls;
 mod isolation;
 mod plugins;
 mod s3;
@@ -68,6 +69,11 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
 
 fn main() -> ExitCode {
     let args = BenchArgs::parse();
+    // Before any thread exists: it sets SSL_CERT_FILE for the egress
+    // daemons the secrets rows start.
+    if let Err(e) = egress_tls::prepare() {
+        eprintln!("bench: no TLS fixture for the secrets rows: {e:#}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -436,6 +442,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match egress::egress_rows(base.path(), runs, args.quick).await {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: egress rows skipped: {e:#}"),
+        }
+        match egress_tls::secret_rows(base.path(), runs, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: secrets rows skipped: {e:#}"),
         }
     }
     if want("s3") {

@@ -19,7 +19,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::ca::SandboxCa;
 use crate::control::{read_line, ControlReply, ControlRequest, EgressStatus};
-use crate::intercept::Interception;
+use crate::intercept::{upstream_config, Interception};
 use crate::point::{EgressPoint, Resolver};
 use crate::policy::EgressPolicy;
 use crate::resolve::TestResolve;
@@ -58,6 +58,12 @@ impl EgressDir {
     /// The sandbox's test names (JSON list of `NAME=ADDR`), if any.
     pub fn resolve_file(&self) -> PathBuf {
         self.root.join("resolve.json")
+    }
+
+    /// The connection log, as last saved (JSON, mode 0600): a daemon that
+    /// starts again goes on from it.
+    pub fn connection_log_file(&self) -> PathBuf {
+        self.root.join("connections.json")
     }
 
     /// The daemon's lock: held while it runs, so one runs per directory.
@@ -216,9 +222,26 @@ pub async fn serve(dir: &EgressDir) -> Result<DaemonExit, DaemonError> {
     std::fs::create_dir_all(&sandbox_dir).map_err(io("creating", &sandbox_dir))?;
     std::fs::set_permissions(&sandbox_dir, std::fs::Permissions::from_mode(0o755))
         .map_err(io("setting the mode of", &sandbox_dir))?;
-    let interception = interception(dir)?;
-    let point =
-        EgressPoint::with_interception(policy, Resolver::with_test_names(test_names), interception);
+    let (upstream_tls, interception) = tls(dir)?;
+    let point = EgressPoint::with_interception(
+        policy,
+        Resolver::with_test_names(test_names),
+        interception,
+        Some(upstream_tls),
+    );
+    let mut saved_log = Vec::new();
+    if let Ok(text) = std::fs::read(dir.connection_log_file()) {
+        match serde_json::from_slice::<SavedLog>(&text) {
+            Ok(log) => {
+                point.restore_log(log.connections, log.dropped);
+                saved_log = text;
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the saved connection log is not readable; starting a new one"
+            ),
+        }
+    }
     let points = bind(&dir.point_socket(), 0o666)?;
     let control = bind(&dir.control_socket(), 0o600)?;
     tracing::info!(dir = %dir.root().display(), "egress daemon serving");
@@ -255,9 +278,13 @@ pub async fn serve(dir: &EgressDir) -> Result<DaemonExit, DaemonError> {
                 if !dir.control_socket().exists() {
                     break DaemonExit::DirectoryGone;
                 }
+                save_log(dir, &point, &mut saved_log);
             }
         }
     };
+    if exit == DaemonExit::Shutdown {
+        save_log(dir, &point, &mut saved_log);
+    }
     // Gone already when the directory was removed; nothing to tell anyone.
     let _ = std::fs::remove_file(dir.control_socket());
     let _ = std::fs::remove_file(dir.point_socket());
@@ -265,45 +292,80 @@ pub async fn serve(dir: &EgressDir) -> Result<DaemonExit, DaemonError> {
     Ok(exit)
 }
 
-/// The interception of a sandbox with secrets: its CA (made at the first
-/// start), the host's trust roots, and the sandbox's trust bundle written
-/// for it. `None` for a sandbox without secrets.
-fn interception(dir: &EgressDir) -> Result<Option<Interception>, DaemonError> {
-    let secrets = dir.read_secrets()?;
-    if secrets.is_empty() {
-        return Ok(None);
-    }
-    let failed = |e: &dyn std::fmt::Display| DaemonError::Interception(e.to_string());
-    let hosts: Vec<&crate::rules::HostRule> = secrets
-        .iter()
-        .flat_map(|s| s.binding.hosts.iter())
-        .collect();
-    let ca = SandboxCa::load_or_create(&dir.ca_key_file(), &dir.ca_certificate(), &hosts)
-        .map_err(|e| failed(&e))?;
+/// The host's trust roots (as `rustls-native-certs` reads them: the
+/// system's, or `$SSL_CERT_FILE`/`$SSL_CERT_DIR`), and the same as PEM.
+fn host_roots() -> (rustls::RootCertStore, String) {
     let native = rustls_native_certs::load_native_certs();
     for error in &native.errors {
         tracing::warn!(%error, "reading the host's trust roots");
     }
     let mut roots = rustls::RootCertStore::empty();
-    let mut bundle = String::new();
+    let mut pem_text = String::new();
     for certificate in native.certs {
-        bundle.push_str(&pem::encode(&pem::Pem::new(
+        pem_text.push_str(&pem::encode(&pem::Pem::new(
             "CERTIFICATE",
             certificate.to_vec(),
         )));
         // A root rustls cannot use is still the sandbox's to trust.
         let _ = roots.add(certificate);
     }
+    (roots, pem_text)
+}
+
+/// How the point opens TLS upstream, and the interception of a sandbox
+/// with secrets: its CA (made at the first start) and the sandbox's trust
+/// bundle, written for it (the host's roots and the CA). No interception
+/// for a sandbox without secrets.
+fn tls(dir: &EgressDir) -> Result<(Arc<rustls::ClientConfig>, Option<Interception>), DaemonError> {
+    let failed = |e: &dyn std::fmt::Display| DaemonError::Interception(e.to_string());
+    let (roots, mut bundle) = host_roots();
+    let root_count = roots.len();
+    let upstream = upstream_config(roots).map_err(|e| failed(&e))?;
+    let secrets = dir.read_secrets()?;
+    if secrets.is_empty() {
+        return Ok((upstream, None));
+    }
+    let hosts: Vec<&crate::rules::HostRule> = secrets
+        .iter()
+        .flat_map(|s| s.binding.hosts.iter())
+        .collect();
+    let ca = SandboxCa::load_or_create(&dir.ca_key_file(), &dir.ca_certificate(), &hosts)
+        .map_err(|e| failed(&e))?;
     bundle.push_str(ca.certificate_pem());
     std::fs::write(dir.ca_bundle(), bundle).map_err(io("writing", &dir.ca_bundle()))?;
     tracing::info!(
         secrets = secrets.len(),
-        roots = roots.len(),
+        roots = root_count,
         "secrets by placeholder: TLS to their hosts is intercepted"
     );
-    Interception::new(secrets, ca, roots)
-        .map(Some)
-        .map_err(|e| failed(&e))
+    let interception = Interception::new(secrets, ca, upstream.clone());
+    Ok((upstream, Some(interception)))
+}
+
+/// The connection log as the daemon saves it between runs.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedLog {
+    connections: Vec<crate::log::Connection>,
+    dropped: u64,
+}
+
+/// Saves the log when it changed since `saved` (what was written last).
+/// A daemon killed outright loses at most the last interval.
+fn save_log(dir: &EgressDir, point: &EgressPoint, saved: &mut Vec<u8>) {
+    let (connections, dropped) = point.connections();
+    let Ok(text) = serde_json::to_vec(&SavedLog {
+        connections,
+        dropped,
+    }) else {
+        return;
+    };
+    if text == *saved {
+        return;
+    }
+    match write_json_bytes(&dir.connection_log_file(), &text) {
+        Ok(()) => *saved = text,
+        Err(e) => tracing::warn!(error = %e, "saving the connection log"),
+    }
 }
 
 fn bind(path: &Path, mode: u32) -> Result<UnixListener, DaemonError> {
@@ -414,7 +476,10 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, DaemonErr
 /// Writes `value` as JSON to `path` whole or not at all (a temporary file
 /// renamed over it), mode 0600.
 fn write_json<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> std::io::Result<()> {
-    let text = serde_json::to_vec_pretty(value)?;
+    write_json_bytes(path, &serde_json::to_vec_pretty(value)?)
+}
+
+fn write_json_bytes(path: &Path, text: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("json.tmp");
     let mut file = File::options()
         .create(true)
@@ -422,7 +487,7 @@ fn write_json<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> std::io::
         .write(true)
         .open(&tmp)?;
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(&text)?;
+    file.write_all(text)?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)
 }

@@ -36,37 +36,51 @@ pub(crate) struct Interception {
     upstream: Arc<rustls::ClientConfig>,
 }
 
-/// What an intercepted connection did.
-#[derive(Debug, Default)]
-pub(crate) struct Intercepted {
-    /// Bytes to and from the host (TLS records).
-    pub(crate) bytes_out: u64,
-    pub(crate) bytes_in: u64,
-    /// The secrets whose values were sent.
-    pub(crate) used: Vec<String>,
-}
-
 type Body = Either<Incoming, Full<Bytes>>;
 
+/// How the point opens TLS to a host: verified against `roots` (the
+/// host's), HTTP/1.1 only.
+pub(crate) fn upstream_config(
+    roots: rustls::RootCertStore,
+) -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 impl Interception {
-    /// Interception for `secrets`, with `ca`, trusting `roots` upstream.
+    /// Interception for `secrets`, with `ca`, opening TLS upstream with
+    /// `upstream` (see [`upstream_config`]).
     pub(crate) fn new(
         secrets: Vec<StoredSecret>,
         ca: SandboxCa,
-        roots: rustls::RootCertStore,
-    ) -> Result<Self, rustls::Error> {
-        let mut upstream = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Interception {
+        upstream: Arc<rustls::ClientConfig>,
+    ) -> Self {
+        Interception {
             secrets,
             ca,
-            upstream: Arc::new(upstream),
-        })
+            upstream,
+        }
+    }
+
+    /// A request head to go to `host` on `port` over TLS the point opened
+    /// itself, with the bound secrets' placeholders replaced, and the
+    /// names of those sent.
+    pub(crate) fn substitute_head(
+        &self,
+        host: &str,
+        port: u16,
+        head: &[u8],
+    ) -> (Vec<u8>, Vec<String>) {
+        let bound = self.bound(host, port);
+        let mut used = Vec::new();
+        let replaced = substitute(head, &bound, &mut used).unwrap_or_else(|| head.to_vec());
+        (replaced, used)
     }
 
     /// The secrets bound to `host` on `port`; none: not intercepted.
@@ -78,7 +92,8 @@ impl Interception {
     }
 
     /// Serves one intercepted tunnel: `client` (whose first bytes, its
-    /// ClientHello, were read into `first`) to `host` over `upstream`.
+    /// ClientHello, were read into `first`) to `host` over `upstream`,
+    /// whose bytes go to `counts`. Returns the names of the secrets sent.
     pub(crate) async fn serve<S>(
         &self,
         client: S,
@@ -86,7 +101,8 @@ impl Interception {
         host: &str,
         port: u16,
         upstream: TcpStream,
-    ) -> Result<Intercepted, String>
+        counts: Arc<Counts>,
+    ) -> Result<Vec<String>, String>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
@@ -96,7 +112,6 @@ impl Interception {
             .accept(Prefixed::new(first, client))
             .await
             .map_err(|e| format!("TLS with the sandbox for {host}: {e}"))?;
-        let counts = Arc::new(Counts::default());
         let name = ServerName::try_from(host.to_string())
             .map_err(|e| format!("{host} is not a TLS server name: {e}"))?;
         let upstream = tokio_rustls::TlsConnector::from(self.upstream.clone())
@@ -136,11 +151,7 @@ impl Interception {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        Ok(Intercepted {
-            bytes_out: counts.written.load(std::sync::atomic::Ordering::Relaxed),
-            bytes_in: counts.read.load(std::sync::atomic::Ordering::Relaxed),
-            used,
-        })
+        Ok(used)
     }
 
     fn bound_owned(&self, host: &str, port: u16) -> Arc<Vec<StoredSecret>> {

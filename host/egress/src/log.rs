@@ -70,6 +70,19 @@ impl ConnectionLog {
         }
     }
 
+    /// A log of the default size holding `connections` (the newest, if
+    /// more), which count after `dropped` older ones.
+    pub fn restored(connections: Vec<Connection>, dropped: u64) -> Self {
+        let mut log = ConnectionLog {
+            dropped,
+            ..Self::default()
+        };
+        for connection in connections {
+            log.record(connection);
+        }
+        log
+    }
+
     /// Records a connection, dropping the oldest when full. Returns its
     /// sequence number (the count of connections ever recorded, minus
     /// one), by which [`ConnectionLog::update`] finds it again.
@@ -184,5 +197,24 @@ mod tests {
         assert_eq!(json["verdict"], "denied");
         assert_eq!(json["reason"], "no --allow-host rule names h1.test");
         assert_eq!(serde_json::from_value::<Connection>(json).unwrap(), entry);
+    }
+
+    /// A log saved and restored goes on as if never stopped: the same
+    /// entries, the same count of dropped ones, the same sequence numbers
+    /// for what follows.
+    #[test]
+    fn a_restored_log_goes_on_where_the_saved_one_stopped() {
+        let mut rng = StdRng::seed_from_u64(51);
+        for _ in 0..50 {
+            let mut log = ConnectionLog::default();
+            for i in 0..rng.gen_range(0..2500u64) {
+                log.record(connection(i));
+            }
+            let mut restored =
+                ConnectionLog::restored(log.entries().cloned().collect(), log.dropped());
+            assert_eq!(restored.dropped(), log.dropped());
+            assert!(restored.entries().eq(log.entries()));
+            assert_eq!(restored.record(connection(9)), log.record(connection(9)));
+        }
     }
 }

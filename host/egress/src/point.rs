@@ -20,6 +20,7 @@ use crate::policy::{Denial, EgressPolicy};
 use crate::resolve::TestResolve;
 use crate::rules::normalize_name;
 use crate::sni::{client_hello_sni, Sni};
+use crate::streams::{Counted, Counts};
 
 /// The most bytes of a request's head (request line and headers) read.
 pub const MAX_REQUEST_HEAD: usize = 16 << 10;
@@ -84,6 +85,11 @@ struct Shared {
     log: Mutex<ConnectionLog>,
     resolver: Resolver,
     open: AtomicU64,
+    /// The byte counts of the connections open now, by log sequence.
+    live: Mutex<std::collections::HashMap<u64, Arc<Counts>>>,
+    /// How the point opens TLS for a plain `https://` request (the host's
+    /// roots); `None`: it does not.
+    upstream_tls: Option<Arc<rustls::ClientConfig>>,
     /// The sandbox's secrets and CA; `None`: it has no secrets, and the
     /// point reads inside no TLS connection.
     interception: Option<Interception>,
@@ -95,6 +101,39 @@ struct OpenGuard<'a>(&'a AtomicU64);
 impl Drop for OpenGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An open connection's counts, shown live while it lasts and written to
+/// its log entry when it ends (dropped).
+struct Live<'a> {
+    shared: &'a Shared,
+    sequence: u64,
+    counts: Arc<Counts>,
+}
+
+impl<'a> Live<'a> {
+    fn new(shared: &'a Shared, sequence: u64, counts: Arc<Counts>) -> Self {
+        lock(&shared.live).insert(sequence, counts.clone());
+        Live {
+            shared,
+            sequence,
+            counts,
+        }
+    }
+}
+
+impl Drop for Live<'_> {
+    fn drop(&mut self) {
+        // Both under the log's lock, which a status holds to read both:
+        // it sees the bytes once, live or logged.
+        let mut log = lock(&self.shared.log);
+        lock(&self.shared.live).remove(&self.sequence);
+        log.update(
+            self.sequence,
+            self.counts.written.load(Ordering::Relaxed),
+            self.counts.read.load(Ordering::Relaxed),
+        );
     }
 }
 
@@ -111,13 +150,14 @@ enum Refusal {
 impl EgressPoint {
     /// An egress point applying `policy`, resolving with `resolver`.
     pub fn new(policy: EgressPolicy, resolver: Resolver) -> Self {
-        Self::with_interception(policy, resolver, None)
+        Self::with_interception(policy, resolver, None, None)
     }
 
     pub(crate) fn with_interception(
         policy: EgressPolicy,
         resolver: Resolver,
         interception: Option<Interception>,
+        upstream_tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Self {
         EgressPoint {
             shared: Arc::new(Shared {
@@ -125,6 +165,8 @@ impl EgressPoint {
                 log: Mutex::new(ConnectionLog::default()),
                 resolver,
                 open: AtomicU64::new(0),
+                live: Mutex::new(std::collections::HashMap::new()),
+                upstream_tls,
                 interception,
             }),
         }
@@ -148,7 +190,26 @@ impl EgressPoint {
     /// bounded log dropped.
     pub fn connections(&self) -> (Vec<Connection>, u64) {
         let log = lock(&self.shared.log);
-        (log.entries().cloned().collect(), log.dropped())
+        let mut entries: Vec<Connection> = log.entries().cloned().collect();
+        let dropped = log.dropped();
+        // Open connections: their bytes so far.
+        for (sequence, counts) in lock(&self.shared.live).iter() {
+            let index = sequence
+                .checked_sub(dropped)
+                .and_then(|i| usize::try_from(i).ok());
+            if let Some(entry) = index.and_then(|i| entries.get_mut(i)) {
+                entry.bytes_out += counts.written.load(Ordering::Relaxed);
+                entry.bytes_in += counts.read.load(Ordering::Relaxed);
+            }
+        }
+        (entries, dropped)
+    }
+
+    /// Puts back a log saved by an earlier daemon (its connections, oldest
+    /// first, and how many it had dropped).
+    pub(crate) fn restore_log(&self, connections: Vec<Connection>, dropped: u64) {
+        let mut log = lock(&self.shared.log);
+        *log = ConnectionLog::restored(connections, dropped);
     }
 
     /// How many client connections are being served now.
@@ -190,9 +251,11 @@ impl EgressPoint {
         let request = Request::parse(&head)?;
         let sequence = self.decide(&request.host, request.port)?;
         let upstream = self.open(&request.host, request.port, sequence).await?;
-        let mut upstream = upstream;
+        // Counted as it goes (a status shows an open connection's bytes),
+        // and into the log however the connection ends.
+        let counts = Arc::new(Counts::default());
+        let _live = Live::new(&self.shared, sequence, counts.clone());
         let mut first = extra;
-        let mut sent = 0u64;
         if request.tunnel {
             client
                 .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -203,19 +266,49 @@ impl EgressPoint {
                 .await?;
             if let Some(interception) = &self.shared.interception {
                 if !interception.bound(&request.host, request.port).is_empty() {
-                    let done = interception
-                        .serve(&mut *client, first, &request.host, request.port, upstream)
+                    let used = interception
+                        .serve(
+                            &mut *client,
+                            first,
+                            &request.host,
+                            request.port,
+                            upstream,
+                            counts,
+                        )
                         .await
                         .map_err(Refusal::Unreachable)?;
-                    let mut log = lock(&self.shared.log);
-                    log.update(sequence, done.bytes_out, done.bytes_in);
-                    log.note_secrets(sequence, done.used);
+                    lock(&self.shared.log).note_secrets(sequence, used);
                     return Ok(());
                 }
             }
-        } else {
+        }
+        let upstream = Counted::new(upstream, counts);
+        if request.tls {
+            let mut upstream = self.open_tls(&request.host, upstream).await?;
+            let mut head = request.forwarded_head().into_bytes();
+            if let Some(interception) = &self.shared.interception {
+                let (replaced, used) =
+                    interception.substitute_head(&request.host, request.port, &head);
+                head = replaced;
+                lock(&self.shared.log).note_secrets(sequence, used);
+            }
+            head.extend_from_slice(&first);
+            upstream
+                .write_all(&head)
+                .await
+                .map_err(|e| Refusal::Unreachable(format!("writing to {}: {e}", request.host)))?;
+            let _ = tokio::io::copy_bidirectional_with_sizes(
+                client,
+                &mut upstream,
+                COPY_BUFFER,
+                COPY_BUFFER,
+            )
+            .await;
+            return Ok(());
+        }
+        let mut upstream = upstream;
+        if !request.tunnel {
             let head = request.forwarded_head();
-            sent += head.len() as u64;
             upstream
                 .write_all(head.as_bytes())
                 .await
@@ -225,18 +318,37 @@ impl EgressPoint {
             .write_all(&first)
             .await
             .map_err(|e| Refusal::Unreachable(format!("writing to {}: {e}", request.host)))?;
-        sent += first.len() as u64;
         // 256 KiB each way: tokio's default 8 KiB halves a download's rate.
-        let (out, back) = tokio::io::copy_bidirectional_with_sizes(
+        // However it ends, the bytes that passed are counted.
+        let _ = tokio::io::copy_bidirectional_with_sizes(
             client,
             &mut upstream,
             COPY_BUFFER,
             COPY_BUFFER,
         )
-        .await
-        .unwrap_or((0, 0));
-        lock(&self.shared.log).update(sequence, sent + out, back);
+        .await;
         Ok(())
+    }
+
+    /// TLS to `host` over `upstream`, verified against the host's roots,
+    /// for a plain request whose URL is `https://`.
+    async fn open_tls(
+        &self,
+        host: &str,
+        upstream: Counted<TcpStream>,
+    ) -> Result<tokio_rustls::client::TlsStream<Counted<TcpStream>>, Refusal> {
+        let Some(config) = &self.shared.upstream_tls else {
+            return Err(Refusal::BadRequest(
+                "this egress point does not open TLS for a client: use CONNECT".into(),
+            ));
+        };
+        let literal = host.trim_start_matches('[').trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(literal.to_string())
+            .map_err(|e| Refusal::BadRequest(format!("{host} is not a TLS server name: {e}")))?;
+        tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name, upstream)
+            .await
+            .map_err(|e| Refusal::Unreachable(format!("TLS to {host}: {e}")))
     }
 
     /// The policy's decision, logged either way.
@@ -453,9 +565,11 @@ async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<(String, Vec<
     }
 }
 
-/// A proxy request: a tunnel, or one plain HTTP request.
+/// A proxy request: a tunnel, or one plain HTTP request (which the point
+/// sends on over TLS when its URL is `https://`, as busybox's wget asks).
 struct Request {
     tunnel: bool,
+    tls: bool,
     /// Normalized name, or IP literal (IPv6 in brackets).
     host: String,
     port: u16,
@@ -484,21 +598,30 @@ impl Request {
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
             .collect();
         let tunnel = method.eq_ignore_ascii_case("CONNECT");
+        let mut tls = false;
         let (authority, path, default_port) = if tunnel {
             (target, "", None)
         } else {
-            let rest = target.strip_prefix("http://").ok_or_else(|| {
-                bad("a plain request names its URL in full (http://host/path); use CONNECT for anything else")
-            })?;
+            let (rest, port) = match (target.strip_prefix("http://"), target.strip_prefix("https://")) {
+                (Some(rest), _) => (rest, 80),
+                (None, Some(rest)) => {
+                    tls = true;
+                    (rest, 443)
+                }
+                (None, None) => return Err(bad(
+                    "a plain request names its URL in full (http://host/path or https://host/path); use CONNECT for anything else",
+                )),
+            };
             match rest.find('/') {
-                Some(i) => (&rest[..i], &rest[i..], Some(80)),
-                None => (rest, "/", Some(80)),
+                Some(i) => (&rest[..i], &rest[i..], Some(port)),
+                None => (rest, "/", Some(port)),
             }
         };
         let (host, port) = split_authority(authority, default_port)
             .ok_or_else(|| bad("the target is host:port"))?;
         let request = Request {
             tunnel,
+            tls,
             host: normalize_host(host),
             port,
             method: method.to_string(),
@@ -513,7 +636,8 @@ impl Request {
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case("host"))
             {
-                let named = split_authority(value, Some(80)).map(|(h, _)| normalize_host(h));
+                let named =
+                    split_authority(value, Some(request.port)).map(|(h, _)| normalize_host(h));
                 if named.as_deref() != Some(request.host.as_str()) {
                     return Err(Refusal::Denied(format!(
                         "the Host header {value:?} does not name {}, the host of the request's URL",

@@ -333,3 +333,53 @@ async fn plain_http_in_a_tunnel_may_not_name_another_host() {
         .count();
     assert_eq!(reached, 0, "the request reached the server");
 }
+
+/// An open tunnel's bytes show in the log while it lasts, and the log
+/// keeps them once it ends, counted once.
+#[tokio::test]
+async fn an_open_connections_bytes_are_counted_as_they_pass() {
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        stream.write_all(&[1u8; 100_000]).await.unwrap();
+        let _ = released.await;
+    });
+    let point = EgressPoint::new(
+        policy(
+            &[format!("bulk.test:{port}")],
+            &[format!("127.0.0.1:{port}")],
+        ),
+        test_names(),
+    );
+    let proxy = egress(point.clone()).await;
+    let mut client = TcpStream::connect((LOOPBACK, proxy)).await.unwrap();
+    client
+        .write_all(format!("CONNECT bulk.test:{port} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: bulk.test\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 65536];
+    let head = b"HTTP/1.1 200 Connection established\r\n\r\n".len();
+    while got < head + 100_000 {
+        got += client.read(&mut buf).await.unwrap();
+    }
+    let live = point.connections().0.last().cloned().unwrap();
+    assert_eq!(live.bytes_in, 100_000, "{live:?}");
+    assert!(live.bytes_out > 0);
+    assert_eq!(point.open_connections(), 1);
+    release.send(()).unwrap();
+    drop(client);
+    for _ in 0..200 {
+        if point.open_connections() == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let ended = point.connections().0.last().cloned().unwrap();
+    assert_eq!(
+        (ended.bytes_in, ended.bytes_out),
+        (live.bytes_in, live.bytes_out)
+    );
+}

@@ -81,9 +81,9 @@ pub struct EgressConnection {
     pub host: String,
     /// The port asked for.
     pub port: u16,
-    /// Bytes from the sandbox (counted when the connection ends).
+    /// Bytes from the sandbox (counted as they pass).
     pub bytes_out: u64,
-    /// Bytes to the sandbox (counted when the connection ends).
+    /// Bytes to the sandbox (counted as they pass).
     pub bytes_in: u64,
     /// `allowed` or `denied`.
     pub verdict: String,

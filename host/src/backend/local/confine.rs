@@ -103,7 +103,16 @@ pub(super) struct View<'a> {
     /// The host directory of the sandbox's egress point's socket, bound
     /// read-only at [`crate::egress::SANDBOX_EGRESS_DIR`].
     pub egress: Option<&'a Path>,
+    /// Berth's home, hidden (an empty read-only directory in its place)
+    /// when it lies under a system directory the command is shown: it
+    /// holds every sandbox's state and secrets.
+    pub home: Option<&'a Path>,
 }
+
+/// The host's directories a confined command is shown, read-only.
+const SYSTEM_DIRS: [&str; 9] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
 
 /// bubblewrap's arguments for `view`, up to (not including) the command,
 /// and the seccomp programs to hand it on the descriptors the arguments
@@ -127,9 +136,7 @@ pub(super) fn arguments(view: &View<'_>) -> Result<Vec<OsString>, BackendError> 
         &"--hostname",
         &"berth",
     ]);
-    for dir in [
-        "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
-    ] {
+    for dir in SYSTEM_DIRS {
         let path = Path::new(dir);
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_symlink() => {
@@ -172,6 +179,14 @@ pub(super) fn arguments(view: &View<'_>) -> Result<Vec<OsString>, BackendError> 
             push(&[&"--ro-bind", &"/dev/null", &secret]);
         }
     }
+    // What is bound below (the workspace, which may lie in the home) is
+    // mounted over the hiding directory, which is made read-only last.
+    let hidden_home = view
+        .home
+        .filter(|home| home.is_dir() && SYSTEM_DIRS.iter().any(|dir| home.starts_with(dir)));
+    if let Some(home) = hidden_home {
+        push(&[&"--tmpfs", &home]);
+    }
     push(&[&"--bind", &view.root, &view.root]);
     for bind in view.binds {
         let at = view.root.join(&bind.relative);
@@ -187,6 +202,9 @@ pub(super) fn arguments(view: &View<'_>) -> Result<Vec<OsString>, BackendError> 
     }
     if let Some(egress) = view.egress {
         push(&[&"--ro-bind", &egress, &crate::egress::SANDBOX_EGRESS_DIR]);
+    }
+    if let Some(home) = hidden_home {
+        push(&[&"--remount-ro", &home]);
     }
     push(&[&"--chdir", &view.root]);
     for n in 0..seccomp_programs()?.len() {
@@ -359,6 +377,7 @@ pub(super) async fn check() -> Result<(), BackendError> {
         binds: &[],
         helper: None,
         egress: None,
+        home: None,
     };
     let args = arguments(&view)?;
     let files = seccomp_files()?;

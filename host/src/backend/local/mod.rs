@@ -17,7 +17,7 @@ mod confine;
 mod options;
 mod seccomp;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -248,6 +248,13 @@ impl LocalBackend {
             binds: &self.state.binds,
             helper: helper.as_deref(),
             egress: self.state.egress_socket_dir.as_deref(),
+            // run_dir is <home>/run/<session>.
+            home: self
+                .state
+                .run_dir
+                .as_deref()
+                .and_then(Path::parent)
+                .and_then(Path::parent),
         })
     }
 
