@@ -152,6 +152,8 @@ fn detach_stdio() {
 fn serve(listener: TcpListener, socket: &str) {
     for client in listener.incoming() {
         let Ok(client) = client else { continue };
+        // Small writes go at once (see the egress point's upstream side).
+        let _ = client.set_nodelay(true);
         let socket = socket.to_string();
         std::thread::spawn(move || {
             // A point that does not answer: the client sees its connection

@@ -419,7 +419,13 @@ impl EgressPoint {
                 }
             }
             match tokio::time::timeout(CONNECT_DEADLINE, TcpStream::connect(address)).await {
-                Ok(Ok(stream)) => return Ok(stream),
+                Ok(Ok(stream)) => {
+                    // A proxy relays what it is given at once: with Nagle's
+                    // delay, a TLS handshake's small records wait on
+                    // delayed ACKs (tens of ms per connection).
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
                 Ok(Err(e)) => last_error = Some(format!("{address}: {e}")),
                 Err(_) => last_error = Some(format!("{address}: no answer in time")),
             }
