@@ -38,6 +38,9 @@ pub const SANDBOX_EGRESS_SOCKET: &str = "/run/berth/egress/point.sock";
 pub const SANDBOX_PROXY: &str = "127.0.0.1:3128";
 /// How long a new daemon has to answer before its start counts as failed.
 const DAEMON_START_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a daemon told to stop has to exit before its directory is
+/// removed anyway.
+const DAEMON_STOP_DEADLINE: Duration = Duration::from_secs(5);
 
 /// What a new sandbox may reach (`berth create --allow-host …`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -432,9 +435,32 @@ pub async fn stop_daemon(state: &EgressState) {
     if let Err(e) = call(&dir.control_socket(), &ControlRequest::Shutdown).await {
         tracing::debug!(error = %e, "the egress daemon did not take a shutdown");
     }
-    if let Err(e) = std::fs::remove_dir_all(dir.root()) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(dir = %dir.root().display(), error = %e, "removing the egress daemon's directory");
+    // It saves its log as it exits: wait until it lets go of its lock, so
+    // nothing is written into the directory while it is removed (which
+    // would leave it, secrets and all, behind).
+    let deadline = Instant::now() + DAEMON_STOP_DEADLINE;
+    while Instant::now() < deadline && daemon_holds_lock(&dir) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for attempt in 1..=3 {
+        match std::fs::remove_dir_all(dir.root()) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) if attempt < 3 => {
+                tracing::debug!(error = %e, attempt, "removing the egress daemon's directory");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                tracing::warn!(dir = %dir.root().display(), error = %e, "removing the egress daemon's directory");
+            }
         }
+    }
+}
+
+/// Whether a daemon holds the lock of `dir` (false when there is none).
+fn daemon_holds_lock(dir: &EgressDir) -> bool {
+    match std::fs::File::open(dir.lock_file()) {
+        Ok(file) => matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+        Err(_) => false,
     }
 }
