@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use berth_tests::{berth_ok, berth_state, container_id, docker_or_skip, test_image};
 
-use crate::egress::{server, sh, verdict_of};
+use crate::egress_support::{server, sh, verdict_of};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_docker_sandbox_reaches_what_its_policy_allows_across_a_container_loss() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use berth_tests::berth_ok;
 
-use crate::egress::{certificate, sh, verdict_of};
+use crate::egress_support::{certificate, sh, verdict_of};
 
 /// A static HTTPS server for `dir` on loopback (Python's, with the test's
 /// certificate).

@@ -26,6 +26,8 @@ mod egress;
 mod egress_docker;
 #[path = "egress_secrets.rs"]
 mod egress_secrets;
+#[path = "egress_support.rs"]
+mod egress_support;
 #[path = "egress_tools.rs"]
 mod egress_tools;
 #[path = "engines.rs"]

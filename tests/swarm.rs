@@ -7,7 +7,8 @@
 //! lost; an unsatisfiable placement; four processes resuming one sandbox;
 //! deduplicated stops walked on the node and forks of swarm sandboxes; a
 //! node that drops no-new-privileges refused by name; a node engine behind
-//! mutual TLS; and the backend conformance suite. A binary of its own: it
+//! mutual TLS; egress by policy and secrets across a node loss and a
+//! fork; and the backend conformance suite. A binary of its own: it
 //! breaks the swarm on purpose, one test at a time.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +16,9 @@ use std::process::Output;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod egress_support;
 mod swarm_conformance;
+mod swarm_egress;
 mod swarm_engines;
 mod swarm_isolation;
 

@@ -226,7 +226,9 @@ impl EgressState {
 
 /// What a backend is given to route a sandbox's egress: the host directory
 /// to bind at [`SANDBOX_EGRESS_DIR`] (read-only; it holds the point's
-/// socket). A backend that cannot route egress refuses a sandbox that has
+/// socket and, for a sandbox with secrets, the CA files the sandbox
+/// trusts), or whose socket a backend that cannot bind it carries
+/// connections to some other way (the swarm's, through the agent). A backend that cannot route egress refuses a sandbox that has
 /// it (see [`crate::backend::BackendOptions::routes_egress`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EgressRoute {

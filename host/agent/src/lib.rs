@@ -17,6 +17,16 @@
 //! unacknowledged, so neither side buffers more), and one [`Kind::Exit`]
 //! (an [`ExitReport`]) or [`Kind::Error`].
 //!
+//! `berth-agent egress-tunnel ADDRESS`, run in its own exec session,
+//! speaks the same frames for a sandbox whose egress point is on a host
+//! that cannot bind its socket into the container (a swarm node's): it
+//! listens on ADDRESS and announces each connection with
+//! [`Kind::TunnelOpen`]; both sides then carry its bytes as
+//! [`Kind::TunnelData`], acknowledged chunk by chunk with
+//! [`Kind::TunnelAck`] (at most [`TUNNEL_WINDOW`] outstanding per
+//! connection, so a slow reader holds up only its own connection), and end
+//! it with an empty data frame per direction or a [`Kind::TunnelClose`].
+//!
 //! The same binary, run with arguments, is the sandbox's tool for files
 //! (`berth-agent fs …`) and background processes (`berth-agent proc …`);
 //! see its `--help`.
@@ -43,6 +53,13 @@ pub const AGENT_PATH: &str = "/.berth/agent";
 /// Stdin chunks the host may have sent that the agent has not yet
 /// acknowledged with [`Kind::StdinAck`].
 pub const STDIN_WINDOW: usize = 16;
+
+/// Data chunks of one tunnelled connection either side may have sent that
+/// the other has not acknowledged with [`Kind::TunnelAck`].
+pub const TUNNEL_WINDOW: usize = 8;
+
+/// Connections a tunnel carries at once; one more is closed as it opens.
+pub const TUNNEL_CONNECTIONS: usize = 256;
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +89,18 @@ pub enum Kind {
     Error = 14,
     /// Agent → host: one stdin chunk was handed to the command.
     StdinAck = 15,
+    /// Tunnel, agent → host: a connection to the tunnel's address was
+    /// accepted; its id names it from now on (see `egress-tunnel`).
+    TunnelOpen = 20,
+    /// Tunnel, both ways: bytes for a connection; empty: the sender has
+    /// finished writing (a half close).
+    TunnelData = 21,
+    /// Tunnel, both ways: one [`Kind::TunnelData`] chunk was written to
+    /// its destination (each side keeps at most [`TUNNEL_WINDOW`] chunks
+    /// unacknowledged per connection).
+    TunnelAck = 22,
+    /// Tunnel, both ways: the connection is gone; drop it.
+    TunnelClose = 23,
 }
 
 impl Kind {
@@ -88,6 +117,10 @@ impl Kind {
             13 => Kind::Exit,
             14 => Kind::Error,
             15 => Kind::StdinAck,
+            20 => Kind::TunnelOpen,
+            21 => Kind::TunnelData,
+            22 => Kind::TunnelAck,
+            23 => Kind::TunnelClose,
             _ => return None,
         })
     }

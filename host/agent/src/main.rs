@@ -11,6 +11,9 @@
 //!   [`procs`]).
 //! - `berth-agent egress-bridge SOCKET ADDRESS …` carries the sandbox's
 //!   proxy address to the host's egress point (see [`bridge`]).
+//! - `berth-agent egress-tunnel ADDRESS` carries it over its own stdin and
+//!   stdout instead, for a host that cannot bind the point's socket into
+//!   the container (see [`tunnel`]).
 //!
 //! Each command runs under `sh -c` in a process group of its own. On its
 //! timeout (or the host's kill) the agent stops, then kills, the group and
@@ -24,6 +27,7 @@ mod json;
 mod procs;
 mod session;
 mod tree;
+mod tunnel;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,6 +39,7 @@ fn main() {
         Some("fs") => fs::main(&args[1..]),
         Some("proc") => procs::main(&args[1..]),
         Some("egress-bridge") => bridge::main(&args[1..]),
+        Some("egress-tunnel") => tunnel::main(&args[1..]),
         Some("--help" | "-h" | "help") => {
             println!("{}", USAGE);
             0
@@ -66,4 +71,5 @@ const USAGE: &str = "usage:
   berth-agent proc DIR wait ID
   berth-agent proc DIR rm ID
   berth-agent egress-bridge SOCKET ADDRESS -- COMMAND…   carry ADDRESS (TCP) to SOCKET (the host's egress point) while COMMAND runs
-  berth-agent egress-bridge SOCKET ADDRESS --daemon      the same, in the background, for every command of a container";
+  berth-agent egress-bridge SOCKET ADDRESS --daemon      the same, in the background, for every command of a container
+  berth-agent egress-tunnel ADDRESS   carry ADDRESS (TCP) to the host over stdin/stdout (tunnel frames) until stdin ends";

@@ -486,7 +486,15 @@ async fn demultiplex(
             }
             if matches!(
                 frame.kind,
-                Kind::Run | Kind::Kill | Kind::Stdin | Kind::Resize | Kind::Signal
+                Kind::Run
+                    | Kind::Kill
+                    | Kind::Stdin
+                    | Kind::Resize
+                    | Kind::Signal
+                    | Kind::TunnelOpen
+                    | Kind::TunnelData
+                    | Kind::TunnelAck
+                    | Kind::TunnelClose
             ) {
                 break 'session format!(
                     "the agent sent a {:?} frame; the session was ended",

@@ -1,10 +1,12 @@
 //! A Docker sandbox's egress route (see [`berth::egress`]): its
-//! container has network `none` and the egress point's socket bound in;
-//! each command starts after the agent's bridge listens on the proxy
-//! address.
+//! container has network `none`, and either the egress point's socket
+//! bound in (each command starts after the agent's bridge listens on the
+//! proxy address) or, on an engine that cannot bind it (a swarm node's),
+//! a tunnel carrying the proxy address to the point (see [`crate::tunnel`]).
 
 use berth::backend::{BackendError, ExecRequest, HelperCall};
 
+use crate::tunnel::EgressTunnel;
 use crate::{DockerBackend, BACKEND};
 
 impl DockerBackend {
@@ -26,15 +28,47 @@ impl DockerBackend {
     /// Whether `request` needs the route: a sandbox with an egress policy,
     /// and a command that is not the file helper (which needs no network).
     fn routes(&self, request: &ExecRequest) -> bool {
-        self.state.egress_socket_dir.is_some() && request.helper != Some(HelperCall::Files)
+        (self.state.egress_socket_dir.is_some() || self.state.egress_tunnel.is_some())
+            && request.helper != Some(HelperCall::Files)
+    }
+
+    /// Makes the route ready for `request` (run through the agent): the
+    /// tunnel listening, or the command put behind the bridge.
+    pub(crate) async fn route_egress(&self, request: &mut ExecRequest) -> Result<(), BackendError> {
+        match &self.state.egress_tunnel {
+            Some(point) if self.routes(request) => self.ensure_tunnel(point).await,
+            _ => {
+                self.behind_egress_bridge(request);
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts the tunnel unless it runs (it ends with its container, or
+    /// with a broken stream; the next command starts another).
+    async fn ensure_tunnel(&self, point: &std::path::Path) -> Result<(), BackendError> {
+        let mut slot = self.tunnel.lock().await;
+        if slot.as_ref().is_some_and(EgressTunnel::is_alive) {
+            return Ok(());
+        }
+        *slot = None;
+        let tunnel = EgressTunnel::start(&self.docker, &self.target(), point)
+            .await
+            .map_err(|why| BackendError::Operation {
+                backend: BACKEND,
+                operation: "starting the sandbox's egress tunnel",
+                source: why.into(),
+            })?;
+        *slot = Some(tunnel);
+        Ok(())
     }
 
     /// Runs `request` (through the agent) after making sure the agent's
     /// bridge listens on the proxy address: it leaves at once when one
     /// does, so a restarted container gets a new one with its next
     /// command.
-    pub(crate) fn behind_egress_bridge(&self, request: &mut ExecRequest) {
-        if self.routes(request) {
+    fn behind_egress_bridge(&self, request: &mut ExecRequest) {
+        if self.state.egress_socket_dir.is_some() && self.routes(request) {
             request.command = format!(
                 "{} egress-bridge {} {} --daemon </dev/null >/dev/null 2>&1; {}",
                 berth_agent::AGENT_PATH,

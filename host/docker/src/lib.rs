@@ -30,6 +30,7 @@ pub mod run_args;
 pub mod runtime;
 mod settings;
 pub mod swarm;
+mod tunnel;
 mod walk;
 
 pub use options::{DockerMount, DockerOptions, DockerState, EngineChoice};
@@ -75,6 +76,8 @@ pub struct DockerBackend {
     engine: engine::Engine,
     pull_progress: Option<PullProgress>,
     agent: tokio::sync::Mutex<AgentSlot>,
+    /// The egress tunnel, for a sandbox whose egress point is reached so.
+    tunnel: tokio::sync::Mutex<Option<tunnel::EgressTunnel>>,
     /// The container was just created with the workspace root as its
     /// working directory, which the engine made at start.
     root_made_at_create: std::sync::atomic::AtomicBool,
@@ -171,6 +174,7 @@ impl DockerBackend {
             engine,
             pull_progress,
             agent: tokio::sync::Mutex::new(AgentSlot::Untried),
+            tunnel: tokio::sync::Mutex::new(None),
             root_made_at_create: std::sync::atomic::AtomicBool::new(false),
             staging: std::sync::Mutex::new(None),
         })
@@ -216,6 +220,7 @@ impl DockerBackend {
     /// Forgets the agent (its container was re-created or restarted).
     async fn reset_agent(&self) {
         *self.agent.lock().await = AgentSlot::Untried;
+        *self.tunnel.lock().await = None;
     }
 
     /// Makes sure the image is on the engine, pulling it as the sandbox's
@@ -515,7 +520,7 @@ impl Backend for DockerBackend {
     async fn spawn(&self, mut request: ExecRequest) -> Result<ExecProcess, BackendError> {
         let unavailable = match self.agent_session().await {
             Ok(session) => {
-                self.behind_egress_bridge(&mut request);
+                self.route_egress(&mut request).await?;
                 let memory = self.state.memory_size_bytes.map(|b| b as u64);
                 return match session
                     .spawn(&request, &self.state.workspace_root, memory)

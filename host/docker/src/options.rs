@@ -102,6 +102,12 @@ pub struct DockerState {
     /// loopback (see [`berth::egress`]); `None`: the network alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_socket_dir: Option<std::path::PathBuf>,
+    /// The host directory of the sandbox's egress point, reached through
+    /// a tunnel in an exec session (see `berth-agent egress-tunnel`)
+    /// rather than bound in: for a container on an engine that cannot bind
+    /// a path of this host (a swarm node's). `None`: no tunnel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_tunnel: Option<std::path::PathBuf>,
 }
 
 /// The engine a sandbox moves to (see
@@ -204,6 +210,7 @@ impl DockerOptions {
                 pids_limit: None,
                 disk: None,
                 egress_socket_dir: None,
+                egress_tunnel: None,
             },
             bounds: Chosen::default(),
             pull_progress: None,
@@ -366,6 +373,7 @@ impl DockerOptions {
                 mounts: Vec::new(),
                 disk: None,
                 egress_socket_dir: None,
+                egress_tunnel: None,
                 ..existing.clone()
             },
             bounds,

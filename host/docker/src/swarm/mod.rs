@@ -387,6 +387,7 @@ impl SwarmBackend {
             pids_limit: None,
             disk: None,
             egress_socket_dir: None,
+            egress_tunnel: self.state.egress_point.clone(),
         };
         // A killed daemon's socket can still accept (a child kept the
         // listening descriptor) and never answer: bounded as below.

@@ -89,6 +89,12 @@ pub struct SwarmState {
     /// verified inside the container).
     #[serde(default)]
     pub network: Option<String>,
+    /// The host directory of the sandbox's egress point (its socket and
+    /// trust files), on this host, reached from whichever node runs the
+    /// sandbox through a tunnel in the agent's exec session (see
+    /// [`berth::egress`]); `None`: no egress policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_point: Option<PathBuf>,
     /// Container environment.
     #[serde(default)]
     pub environment: BTreeMap<String, String>,
@@ -162,6 +168,7 @@ impl SwarmOptions {
                 reserve_cpus: None,
                 constraints: Vec::new(),
                 network: None,
+                egress_point: None,
                 environment: BTreeMap::new(),
                 agent: true,
                 placement_timeout_secs: default_timeout(),
@@ -194,6 +201,8 @@ impl SwarmOptions {
                 service_id: None,
                 current: None,
                 history: Vec::new(),
+                // The fork's own point is given at its create.
+                egress_point: None,
                 ..state.clone()
             },
             bounds,
@@ -294,12 +303,26 @@ impl BackendOptions for SwarmOptions {
         true
     }
 
+    /// With no network of its own (the default), a swarm sandbox reaches
+    /// nothing but its egress point, on this host, through a tunnel the
+    /// in-container agent keeps (so the agent is needed); with a network,
+    /// the policy would bound nothing.
     fn routes_egress(&self) -> Result<(), String> {
-        Err(
-            "a swarm sandbox may run on any node, and no node serves its egress point yet; \
-             use the docker or local backend for a sandbox with an egress policy"
-                .to_string(),
-        )
+        if let Some(network) = &self.state.network {
+            return Err(format!(
+                "the sandbox is to have the network {network:?}, which the policy would not bound; \
+                 drop `-o network=…` (a sandbox with an egress policy has no network but its \
+                 route to the egress point)"
+            ));
+        }
+        if !self.state.agent {
+            return Err(
+                "a swarm sandbox reaches its egress point through Berth's in-container agent, \
+                 which this sandbox is not to run (`-o agent=false`): drop that option"
+                    .to_string(),
+            );
+        }
+        Ok(())
     }
 
     async fn create(
@@ -333,6 +356,7 @@ impl BackendOptions for SwarmOptions {
         state.pids_limit = Some(bounds.pids.limit().map_or(0, |n| n as i64));
         state.service_name = format!("berth-{}", context.session_id);
         state.workspace_root = context.workspace.root.clone();
+        state.egress_point = context.egress.map(|route| route.socket_dir.clone());
         Ok(Box::new(
             SwarmBackend::connect(state, context.session_id, self.progress).await?,
         ))
