@@ -97,6 +97,20 @@ fn a_swarm_sandbox_reaches_what_its_policy_allows_across_a_node_loss_and_a_fork(
         started.elapsed()
     );
 
+    // Connections at once, each carried whole.
+    let (code, out) = sh(
+        "e",
+        &format!("for i in $(seq 24); do wget -qO- http://a.pkg.test:{hp}/ & done; wait"),
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| *l == format!("hello from a.pkg.test:{hp}"))
+            .count(),
+        24,
+        "{out}"
+    );
+
     // The secret reaches its host only, and is nowhere in the container;
     // the sandbox trusts the point's CA through the bundle it was given.
     let auth = |name: &str, host: &str| {

@@ -56,10 +56,10 @@ pub const STDIN_WINDOW: usize = 16;
 
 /// Data chunks of one tunnelled connection either side may have sent that
 /// the other has not acknowledged with [`Kind::TunnelAck`].
-pub const TUNNEL_WINDOW: usize = 8;
+pub const TUNNEL_WINDOW: usize = 16;
 
 /// Connections a tunnel carries at once; one more is closed as it opens.
-pub const TUNNEL_CONNECTIONS: usize = 256;
+pub const TUNNEL_CONNECTIONS: usize = 128;
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use super::*;
 
 /// A server on loopback answering every request with `bytes` zero bytes
 /// (`/small`: 2 bytes); returns its port.
-async fn zero_server(bytes: u64) -> anyhow::Result<u16> {
+pub(crate) async fn zero_server(bytes: u64) -> anyhow::Result<u16> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     tokio::spawn(async move {
@@ -84,7 +84,7 @@ async fn curl_in(sb: &Sandbox, args: &str) -> anyhow::Result<f64> {
 }
 
 /// curl's `-w` figure (seconds) on the host, straight to the server.
-fn curl_direct(args: &str) -> anyhow::Result<f64> {
+pub(crate) fn curl_direct(args: &str) -> anyhow::Result<f64> {
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!("curl -sS --noproxy '*' -o /dev/null {args}"))

@@ -10,6 +10,7 @@ mod commands;
 mod dedup;
 mod docker;
 mod egress;
+mod egress_swarm;
 mod egress_tls;
 mod isolation;
 mod plugins;
@@ -446,6 +447,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match egress_tls::secret_rows(base.path(), runs, args.quick).await {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: secrets rows skipped: {e:#}"),
+        }
+        let image =
+            std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
+        match egress_swarm::swarm_tunnel_rows(&image, runs, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: swarm egress rows skipped: {e:#}"),
         }
     }
     if want("s3") {

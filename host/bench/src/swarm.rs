@@ -12,7 +12,7 @@ use berth_tests::swarm_fixture::{NodeGuard, Swarm};
 use super::server::{berth, ok};
 use super::*;
 
-fn swarm() -> anyhow::Result<Swarm> {
+pub(super) fn swarm() -> anyhow::Result<Swarm> {
     anyhow::ensure!(
         Path::new("/tmp/berth-swarm/swarm.env").is_file(),
         "no swarm fixture (/tmp/berth-swarm/swarm.env); cargo xtask setup starts one"
@@ -126,7 +126,7 @@ pub(super) async fn swarm_rows(image: &str, runs: usize, quick: bool) -> anyhow:
 
 /// A constraint keeping tasks off the current leader (losing the leader
 /// costs an election besides).
-fn off_the_leader(swarm: &Swarm) -> String {
+pub(super) fn off_the_leader(swarm: &Swarm) -> String {
     let leader = swarm.leader();
     let at = swarm.nodes.iter().position(|n| *n == leader).unwrap_or(0);
     format!("node.id!={}", swarm.ids[at])
