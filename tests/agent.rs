@@ -352,3 +352,84 @@ async fn commands_fall_back_to_execs_when_the_agent_cannot_run_or_misbehaves() {
         assert!(out.status.success(), "{}", text(&out));
     }
 }
+
+/// A deduplicated stop's walk stops every other process of the sandbox
+/// while it runs (the agent's session too); killed then (SIGKILL: no
+/// destructor runs), it must not leave them stopped. Its thaw guard
+/// continues them. Driven with `docker exec`, which the freeze does not
+/// stop (it starts after it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_walk_killed_mid_freeze_leaves_no_process_stopped() {
+    if docker_or_skip("a_walk_killed_mid_freeze_leaves_no_process_stopped")
+        .await
+        .is_none()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let client = berth_tests::client(dir.path());
+    let mut sb = sandbox(&client, DockerOptions::new(test_image())).await;
+    // Enough entries that the walk's output overruns its buffer and the
+    // pipe below, whose reader it stops: it then blocks, frozen.
+    sh(
+        &sb,
+        "mkdir many && cd many && seq 20000 | sed 's/^/a-rather-long-name-to-fill-the-pipe-/' | xargs touch",
+    )
+    .await;
+    sh(&sb, "setsid sleep 1000 </dev/null >/dev/null 2>&1 &").await;
+    let root = sh(&sb, "pwd").await;
+    let container = berth_tests::container_id(&sb.state());
+    let docker = |detach: bool, script: &str| {
+        let mut args = vec!["exec"];
+        if detach {
+            args.push("-d");
+        }
+        let out = Command::new("docker")
+            .args(args)
+            .args([container.as_str(), "sh", "-c", script])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    docker(
+        false,
+        r"printf 'BWK1\000\000\000\000\000\000\000\000\000\000\000\000' > /tmp/req",
+    );
+    docker(
+        true,
+        &format!(
+            "/.berth/agent fs {} walk --freeze < /tmp/req | sleep 1000",
+            root.trim()
+        ),
+    );
+    let stopped = "grep -l ') T ' /proc/[0-9]*/stat 2>/dev/null | wc -l";
+    let frozen = docker(
+        false,
+        &format!("for i in $(seq 100); do n=$({stopped}); [ $n -gt 1 ] && break; sleep 0.1; done; echo $n"),
+    );
+    assert!(
+        frozen.parse::<u32>().unwrap() > 1,
+        "the walk stopped nothing: {frozen}"
+    );
+    // The walk, not its guard (the guard's parent is the walk).
+    let killed = docker(
+        false,
+        r#"m=""; for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null); case "$c" in "/.berth/agent fs "*" walk --freeze"*) m="$m ${p#/proc/}";; esac; done
+t=""; for q in $m; do pp=$(cut -d' ' -f4 /proc/$q/stat); case " $m " in *" $pp "*) ;; *) t="$t $q";; esac; done
+kill -9 $t && echo killed"#,
+    );
+    assert_eq!(killed, "killed");
+    let left = docker(
+        false,
+        &format!("for i in $(seq 50); do n=$({stopped}); [ $n -eq 0 ] && break; sleep 0.1; done; echo $n"),
+    );
+    assert_eq!(
+        left, "0",
+        "processes left stopped after the walk was killed"
+    );
+    // The agent's session was among them: it answers again.
+    assert_eq!(sh(&sb, "echo back").await.trim(), "back");
+    sh(&sb, "pkill sleep; true").await;
+    sb.shutdown().await.unwrap();
+}
