@@ -665,3 +665,64 @@ fn a_store_that_streams_forever_is_cut_off_at_the_index_cap() {
 
 #[path = "dedup_random.rs"]
 mod random;
+
+/// A sandbox that checkpoints every command keeps a history to go back
+/// through without being told to (its newest 50 generations), says so at
+/// create and in `inspect`, and rewinds to any step of it.
+#[test]
+fn a_checkpointing_sandbox_keeps_a_history_by_default_and_rewinds_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let manifest = berth_tests::fs_store_manifest(dir.path(), &dir.path().join("store"));
+    let snapshot = format!("remote:{}", manifest.display());
+    let out = berth_tests::berth_in(
+        &home,
+        &[
+            "create",
+            "c",
+            "--snapshot",
+            &snapshot,
+            "--dedup",
+            "--checkpoint",
+            "each-exec",
+        ],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("keeps its newest 50 generations"), "{said}");
+    for step in 1..=3 {
+        berth_tests::berth_ok(
+            &home,
+            &[
+                "exec",
+                "c",
+                "--",
+                &format!("echo step{step} > step; echo {step} >> log"),
+            ],
+        );
+    }
+    let history: serde_json::Value =
+        serde_json::from_str(&berth_tests::berth_ok(&home, &["history", "c", "--json"])).unwrap();
+    let steps: Vec<(u64, String)> = history["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| {
+            Some((
+                g["number"].as_u64()?,
+                g["note"]["command"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    assert_eq!(steps.len(), 3, "{history:#}");
+    let inspect: serde_json::Value =
+        serde_json::from_str(&berth_tests::berth_ok(&home, &["inspect", "c"])).unwrap();
+    assert!(inspect.to_string().contains("\"keep\":50"), "{inspect:#}");
+    let first = steps.iter().find(|(_, c)| c.contains("step1")).unwrap().0;
+    berth_tests::berth_ok(&home, &["rewind", "c", &first.to_string()]);
+    assert_eq!(
+        berth_tests::berth_ok(&home, &["exec", "c", "--", "cat step log"]),
+        "step1\n1\n"
+    );
+    berth_tests::berth_ok(&home, &["rm", "c", "--force"]);
+}

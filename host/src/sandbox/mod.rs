@@ -47,7 +47,7 @@ pub use error::SandboxError;
 pub use files::{FileInfo, FileKind, FileReader, Files};
 pub use moving::OrphanCleanup;
 pub use named::{NamedSandbox, NamedSandboxError, NamedSandboxes};
-pub use named_create::{CreateError, CreateRequest};
+pub use named_create::{default_keep, CreateError, CreateRequest, CHECKPOINT_KEEP};
 pub use options::{Progress, ProgressFn, SandboxOptions, SaveState, StartBranch, StateSink};
 pub use processes::{BackgroundProcess, DetachRequest, ProcessState, Processes, DEFAULT_LOG_RING};
 pub use removal::{Removal, RemoveError, RemoveOptions};

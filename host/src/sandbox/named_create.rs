@@ -34,7 +34,8 @@ pub struct CreateRequest {
     /// Whether the container is paused while a stop reads the workspace.
     /// By default, yes.
     pub freeze: bool,
-    /// Keep this many deduplicated generations (a `remote:` store only).
+    /// Keep this many deduplicated generations (a `remote:` store only;
+    /// [`default_keep`] is what to keep when the creator names no number).
     /// By default, whole archives, not generations.
     pub dedup_keep: Option<u32>,
     /// With `dedup_keep`: also keep every generation written within this
@@ -48,6 +49,26 @@ pub struct CreateRequest {
     /// Hold it to an egress policy (see [`crate::egress`]). By default,
     /// none: the backend's network settings alone.
     pub egress: Option<crate::egress::EgressSettings>,
+}
+
+/// The generations a checkpointing sandbox (`checkpoint_each_exec`) keeps
+/// when its creator names no number: its last 50 steps. A count rather than
+/// a time: an agent's step is a generation, and "undo the last few steps"
+/// is what history is for; a busy day can be thousands of steps (each an
+/// index in the store) and an idle one none, so a day would keep either
+/// too much or nothing to go back to.
+pub const CHECKPOINT_KEEP: u32 = 50;
+
+/// The generations a deduplicated sandbox keeps when its creator names no
+/// number: [`CHECKPOINT_KEEP`] for one that checkpoints every command (a
+/// history to rewind through), else 1 (each stop replaces the last; a
+/// fork or a `--keep N` keeps more).
+pub fn default_keep(checkpoint_each_exec: bool) -> u32 {
+    if checkpoint_each_exec {
+        CHECKPOINT_KEEP
+    } else {
+        1
+    }
 }
 
 impl CreateRequest {

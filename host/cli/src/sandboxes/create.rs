@@ -36,9 +36,10 @@ pub struct CreateArgs {
     #[arg(long)]
     dedup: bool,
     /// Generations to keep (with --dedup); `berth start NAME
-    /// --snapshot-generation K` restores an older one.
-    #[arg(long, default_value_t = 1, requires = "dedup")]
-    keep: u32,
+    /// --snapshot-generation K` restores an older one. By default 1, or
+    /// 50 with `--checkpoint each-exec` (its last 50 steps).
+    #[arg(long, requires = "dedup")]
+    keep: Option<u32>,
     /// With --dedup: also keep every generation written within this long
     /// of the newest (e.g. `1h`, `30m`), whatever --keep says.
     #[arg(long, requires = "dedup", value_parser = crate::server::parse_duration_arg)]
@@ -139,9 +140,13 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     request.snapshot_id = args.snapshot_id.clone();
     request.compression = args.compress;
     request.freeze = !args.no_freeze;
-    request.dedup_keep = args.dedup.then_some(args.keep);
+    let checkpointing = args.checkpoint.as_deref() == Some("each-exec");
+    let keep = args
+        .keep
+        .unwrap_or_else(|| berth::sandbox::default_keep(checkpointing));
+    request.dedup_keep = args.dedup.then_some(keep);
     request.keep_within = args.keep_within;
-    request.checkpoint_each_exec = args.checkpoint.as_deref() == Some("each-exec");
+    request.checkpoint_each_exec = checkpointing;
     request.start = !args.no_start;
     request.egress = args.egress.settings()?;
     let named = named(&home);
@@ -162,6 +167,20 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    if checkpointing {
+        eprintln!(
+            "berth: {} checkpoints after every command and keeps its newest {keep} generations{} \
+             (`berth history {}`; --keep N and --keep-within D choose)",
+            args.name,
+            args.keep_within
+                .map(|d| format!(
+                    " and every one written within {} of the newest",
+                    humantime_secs(d)
+                ))
+                .unwrap_or_default(),
+            args.name
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&saved.state)?);
     } else {
@@ -175,4 +194,15 @@ pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `d` as a person writes it (`90s`, `30m`, `2h`, `1d`).
+fn humantime_secs(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        s if s > 0 && s % 86400 == 0 => format!("{}d", s / 86400),
+        s if s > 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
