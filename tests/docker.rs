@@ -519,3 +519,77 @@ async fn a_restore_refused_at_its_last_entry_leaves_nothing_behind() {
     );
     sb.shutdown().await.unwrap();
 }
+
+/// No change, no new content: after a restore into a new container and a
+/// command that changes nothing, a stop records the seal the stop before
+/// the restore did, whole archives and deduplicated generations alike;
+/// a deduplicated restore puts back the workspace root's own time, to the
+/// nanosecond (a whole archive read through Docker's archive API has no
+/// entry for the root, so no time to put back).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unchanged_workspace_keeps_its_seal_across_a_restore() {
+    let Some(docker) =
+        docker_or_skip("an_unchanged_workspace_keeps_its_seal_across_a_restore").await
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = berth_tests::fs_store_manifest(dir.path(), &dir.path().join("store"));
+    for (snapshot, root_time_kept) in [
+        (SnapshotSpec::local(dir.path().join("snaps")), false),
+        (SnapshotSpec::remote(&manifest).deduplicated(1), true),
+    ] {
+        keeps_its_seal(&docker, dir.path(), snapshot, root_time_kept).await;
+    }
+}
+
+async fn keeps_its_seal(
+    docker: &bollard::Docker,
+    dir: &std::path::Path,
+    snapshot: SnapshotSpec,
+    root_time_kept: bool,
+) {
+    let client = berth_tests::client(dir.join(format!("home-{}", rand::random::<u32>())));
+    let mut sb = client
+        .create(
+            SandboxSpec::new(WorkspaceSpec::default())
+                .snapshot(snapshot)
+                .backend(BackendSpec::new(DockerOptions::new(test_image()))),
+        )
+        .await
+        .unwrap();
+    sb.start().await.unwrap();
+    sh(
+        &sb,
+        "mkdir -p d/e && echo one > d/e/f && echo two > g && touch -d @1000000000 d",
+    )
+    .await;
+    let root_time = sh(&sb, "stat -c %y .").await;
+    sb.stop().await.unwrap();
+    let sealed = sb.state().snapshot.digest.clone();
+    assert!(sealed.is_some());
+    docker
+        .remove_container(
+            &container_id(&sb.state()),
+            Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+        )
+        .await
+        .unwrap();
+    let state = sb.state();
+    let mut sb = resume_from_json(&client, &state).await;
+    assert_eq!(
+        sb.start().await.unwrap(),
+        StartBranch::Rebuild { restored: true }
+    );
+    if root_time_kept {
+        assert_eq!(sh(&sb, "stat -c %y .").await, root_time, "the root's time");
+    }
+    assert_eq!(sh(&sb, "cat g d/e/f").await, "two\none\n");
+    sb.stop().await.unwrap();
+    assert_eq!(
+        sb.state().snapshot.digest,
+        sealed,
+        "an unchanged workspace was sealed anew after its restore"
+    );
+    sb.shutdown().await.unwrap();
+}

@@ -18,11 +18,11 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::json;
 
-const NOT_FOUND: i32 = 3;
+pub(crate) const NOT_FOUND: i32 = 3;
 const REFUSED: i32 = 4;
 
 /// Why an operation failed, with its exit code.
-struct Failure(i32, String);
+pub(crate) struct Failure(pub(crate) i32, pub(crate) String);
 
 impl From<io::Error> for Failure {
     fn from(e: io::Error) -> Self {
@@ -54,6 +54,9 @@ pub(crate) fn main(args: &[String]) -> i32 {
     let rest = &args[2..];
     if op == "walk" {
         return crate::freeze::main(root, rest);
+    }
+    if op == "settle" {
+        return crate::staging::main(root, rest);
     }
     let path = rest.first().map(String::as_str).unwrap_or("");
     match run(root, op, rest) {
@@ -197,11 +200,11 @@ fn relative(root: &str, path: &str) -> Result<PathBuf, Failure> {
     Ok(out)
 }
 
-fn cstring(bytes: &OsStr) -> Result<CString, Failure> {
+pub(crate) fn cstring(bytes: &OsStr) -> Result<CString, Failure> {
     CString::new(bytes.as_bytes()).map_err(|_| Failure(2, "a path with a NUL byte".into()))
 }
 
-fn open_plain(path: &str, flags: i32) -> Result<OwnedFd, Failure> {
+pub(crate) fn open_plain(path: &str, flags: i32) -> Result<OwnedFd, Failure> {
     let c = cstring(OsStr::new(path))?;
     // SAFETY: open reads a NUL-terminated string we own.
     let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
@@ -326,7 +329,7 @@ fn parent(root: &OwnedFd, rel: &Path) -> Result<(OwnedFd, CString), Failure> {
     Ok((dir, cstring(name)?))
 }
 
-fn lstat_at(dir: RawFd, name: &CString) -> Result<libc::stat, Failure> {
+pub(crate) fn lstat_at(dir: RawFd, name: &CString) -> Result<libc::stat, Failure> {
     // SAFETY: a zeroed stat is a valid value for fstatat to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstatat reads the name and writes the stat we own.
@@ -336,7 +339,7 @@ fn lstat_at(dir: RawFd, name: &CString) -> Result<libc::stat, Failure> {
     Ok(st)
 }
 
-fn unlink_at(dir: RawFd, name: &CString, flags: i32) -> Result<(), Failure> {
+pub(crate) fn unlink_at(dir: RawFd, name: &CString, flags: i32) -> Result<(), Failure> {
     // SAFETY: unlinkat reads a name we own.
     if unsafe { libc::unlinkat(dir, name.as_ptr(), flags) } != 0 {
         return Err(io::Error::last_os_error().into());
@@ -371,7 +374,7 @@ fn mkdir_all(root: &OwnedFd, rel: &Path) -> Result<(), Failure> {
 }
 
 /// Removes a directory tree without following any symlink in it.
-fn remove_tree(dir: RawFd, name: &CString) -> Result<(), Failure> {
+pub(crate) fn remove_tree(dir: RawFd, name: &CString) -> Result<(), Failure> {
     // SAFETY: openat reads a name we own.
     let fd = unsafe {
         libc::openat(

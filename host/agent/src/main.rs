@@ -26,6 +26,7 @@ mod fs;
 mod json;
 mod procs;
 mod session;
+mod staging;
 mod tree;
 mod tunnel;
 
@@ -60,6 +61,7 @@ const USAGE: &str = "usage:
   berth-agent fs ROOT ls PATH         a JSON line per entry
   berth-agent fs ROOT rm PATH [-r]    remove a file (or a tree)
   berth-agent fs ROOT mkdir PATH [-p] make a directory (and its parents)
+  berth-agent fs ROOT settle STAGING  put a restore staged in ROOT/STAGING in place; ROOT takes STAGING's times
   berth-agent fs ROOT tar PATH        a tar of PATH on stdout
   berth-agent fs ROOT untar PATH CAP  a tar on stdin into directory PATH (at most CAP bytes)
   berth-agent fs ROOT walk [--freeze] the workspace's entries and changed files on stdout (a walk request on stdin),

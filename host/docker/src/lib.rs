@@ -684,24 +684,27 @@ impl Backend for DockerBackend {
         if let Ok(mut s) = self.staging.lock() {
             *s = None;
         }
-        // The name is Berth's own ([a-z0-9.-]), safe to quote.
+        // The name is Berth's own ([a-z0-9.-]), safe to quote. Without the
+        // agent, a shell moves the entries (the root's time is then the
+        // move's).
         let script = format!(
             "s='{dir}'; [ -d \"$s\" ] || exit 0; \
+             if [ {commit} = true ] && [ -x {agent} ]; then exec {agent} fs . settle \"$s\"; fi; \
              if [ {commit} = true ]; then \
                for f in \"$s\"/* \"$s\"/.[!.]* \"$s\"/..?*; do \
                  [ -e \"$f\" ] || [ -L \"$f\" ] || continue; \
                  n=${{f#\"$s\"/}}; rm -rf -- \"./$n\" && mv -- \"$f\" \"./$n\" || exit 1; \
                done; \
-             fi; rm -rf -- \"$s\""
+             fi; rm -rf -- \"$s\"",
+            agent = berth_agent::AGENT_PATH
         );
         let mut request = ExecRequest::new(script, Duration::from_secs(600));
         request.stdout_cap = 64 * 1024;
         request.stderr_cap = 64 * 1024;
-        let running = match &*self.agent.lock().await {
-            AgentSlot::Running(s) if s.is_alive() => Some(s.clone()),
-            _ => None,
-        };
         let started = Instant::now();
+        // The agent (started now if it can be: the first command needs it
+        // anyway) settles the workspace, the root's own time included.
+        let running = self.agent_session().await.ok();
         let process = match running {
             Some(session) => session
                 .spawn(&request, &self.state.workspace_root, None)
