@@ -684,12 +684,15 @@ impl Backend for DockerBackend {
         if let Ok(mut s) = self.staging.lock() {
             *s = None;
         }
-        // The name is Berth's own ([a-z0-9.-]), safe to quote. Without the
-        // agent, a shell moves the entries (the root's time is then the
-        // move's).
+        // The agent (started now if it can be: the first command needs it
+        // anyway) settles the workspace, the root's own time included;
+        // without it, a shell moves the entries (the root's time is then
+        // the move's). The name is Berth's own ([a-z0-9.-]), safe to quote.
+        let running = self.agent_session().await.ok();
+        let settle = running.is_some() && commit;
         let script = format!(
             "s='{dir}'; [ -d \"$s\" ] || exit 0; \
-             if [ {commit} = true ] && [ -x {agent} ]; then exec {agent} fs . settle \"$s\"; fi; \
+             if [ {settle} = true ]; then exec {agent} fs . settle \"$s\"; fi; \
              if [ {commit} = true ]; then \
                for f in \"$s\"/* \"$s\"/.[!.]* \"$s\"/..?*; do \
                  [ -e \"$f\" ] || [ -L \"$f\" ] || continue; \
@@ -702,9 +705,6 @@ impl Backend for DockerBackend {
         request.stdout_cap = 64 * 1024;
         request.stderr_cap = 64 * 1024;
         let started = Instant::now();
-        // The agent (started now if it can be: the first command needs it
-        // anyway) settles the workspace, the root's own time included.
-        let running = self.agent_session().await.ok();
         let process = match running {
             Some(session) => session
                 .spawn(&request, &self.state.workspace_root, None)
