@@ -55,9 +55,6 @@ pub(crate) fn main(args: &[String]) -> i32 {
     if op == "walk" {
         return crate::freeze::main(root, rest);
     }
-    if op == "settle" {
-        return crate::staging::main(root, rest);
-    }
     let path = rest.first().map(String::as_str).unwrap_or("");
     match run(root, op, rest) {
         Ok(()) => 0,

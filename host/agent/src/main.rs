@@ -37,6 +37,11 @@ fn main() {
             session::serve();
             0
         }
+        // `fs ROOT settle STAGING` moves a staged restore into place with
+        // the file operations' own helpers (see [`staging`]).
+        Some("fs") if args.get(2).map(String::as_str) == Some("settle") => {
+            staging::main(&args[1], &args[3..])
+        }
         Some("fs") => fs::main(&args[1..]),
         Some("proc") => procs::main(&args[1..]),
         Some("egress-bridge") => bridge::main(&args[1..]),
