@@ -664,7 +664,7 @@ fn a_store_that_streams_forever_is_cut_off_at_the_index_cap() {
 }
 
 #[path = "dedup_random.rs"]
-mod random;
+pub(crate) mod random;
 
 /// A sandbox that checkpoints every command keeps a history to go back
 /// through without being told to (its newest 50 generations), says so at

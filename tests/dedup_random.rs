@@ -7,7 +7,7 @@ use super::*;
 /// Every entry of a directory, sorted: kind, path, mode, size, mtime in
 /// nanoseconds (files, directories and the root itself), link count and
 /// content hash (files), target (symlinks).
-fn manifest_ns(root: &Path) -> Vec<String> {
+pub(crate) fn manifest_ns(root: &Path) -> Vec<String> {
     use std::os::unix::fs::MetadataExt;
     fn walk(root: &Path, rel: &Path, out: &mut Vec<String>) {
         let mut names: Vec<_> = std::fs::read_dir(root.join(rel))
@@ -47,7 +47,7 @@ fn manifest_ns(root: &Path) -> Vec<String> {
 
 /// One random edit of the kinds a files cache can get wrong, as a shell
 /// script run in the workspace.
-fn random_edit(rng: &mut impl rand::Rng, step: usize) -> String {
+pub(crate) fn random_edit(rng: &mut impl rand::Rng, step: usize) -> String {
     let n = step;
     match rng.gen_range(0..9) {
         // Same size, old mtime put back (busybox's touch too: -r).

@@ -10,9 +10,11 @@ use berth_tests::{berth_bin, docker_or_skip, docker_required, repo_root, skipped
 /// `python` blocks fed to `python3` (or to the interpreter their first
 /// line names as a comment). Two lines are not run as written: the build
 /// of the CLI (this test's build did it; running it could rebuild the
-/// binary other tests use) and the install of the pinned Agents SDK into a
-/// venv (`cargo xtask setup` installed the same requirements file into
-/// `target/py-agents`, which is linked in its place: no download per run).
+/// binary other tests use) and the download of the pinned Agents SDK
+/// (`cargo xtask setup` installed the same version into
+/// `target/py-agents`): the fresh venv sees that one's packages through a
+/// `.pth` file, and the package is installed into it without its
+/// dependencies — no SDK download per run.
 fn section_script(readme: &str) -> (String, usize) {
     let start = readme.find("## The API").expect("the API section");
     let end = start + readme[start..].find("## Using the CLI\n").expect("its end");
@@ -50,7 +52,13 @@ fn section_script(readme: &str) -> (String, usize) {
         }
         for l in body {
             if l.starts_with("python3 -m venv agents-venv") {
-                script.push_str(&format!("ln -s {} agents-venv\n", agents_venv.display()));
+                let purelib = "-c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'";
+                script.push_str(&format!(
+                    "python3 -m venv agents-venv\n\
+                     {sdk}/bin/python {purelib} > \"$(agents-venv/bin/python {purelib})/berth-test-sdk.pth\"\n\
+                     agents-venv/bin/pip install -q --disable-pip-version-check --no-deps \"$BERTH_SRC/host/python\"\n",
+                    sdk = agents_venv.display()
+                ));
             } else {
                 script.push_str(l);
                 script.push('\n');

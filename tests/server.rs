@@ -777,3 +777,6 @@ mod clients;
 
 #[path = "server_files.rs"]
 mod files;
+
+#[path = "server_history.rs"]
+mod history;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
+mod checkpoint;
 mod commands;
 mod dedup;
 mod docker;
@@ -48,7 +49,7 @@ pub struct BenchArgs {
     /// Repetitions per measurement (default 3; --quick 1).
     #[arg(long)]
     runs: Option<usize>,
-    /// Run only these groups (repeatable): persist (persist, restore and
+    /// Run only these groups (repeatable): checkpoint, persist (persist, restore and
     /// memory), dedup, plugins, docker, commands, server, swarm, s3,
     /// isolation, egress. By default, all.
     #[arg(long)]
@@ -386,6 +387,30 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             }
         }
         Err(e) => eprintln!("bench: S3 dedup rows skipped: {e:#}"),
+    }
+
+    // What a checkpoint after every command adds, through the server.
+    if let Some((_, manifest)) = plugins
+        .iter()
+        .find(|(p, _)| want("checkpoint") && p.manifest == "fs-store.toml")
+    {
+        rows.append(
+            &mut checkpoint::checkpoint_rows(base.path(), &src, "fs-store", manifest, runs).await?,
+        );
+    }
+    match s3_manifest(base.path(), "bench-checkpoint/") {
+        _ if !want("checkpoint") => {}
+        Ok(manifest) => {
+            match checkpoint::checkpoint_rows(base.path(), &src, "s3-store", &manifest, runs).await
+            {
+                Ok(mut r) => rows.append(&mut r),
+                Err(e) => eprintln!("bench: S3 checkpoint rows skipped: {e:#}"),
+            }
+            if let Err(e) = s3_clear("bench-checkpoint/") {
+                eprintln!("bench: could not remove the bench's objects from the bucket: {e:#}");
+            }
+        }
+        Err(e) => eprintln!("bench: S3 checkpoint rows skipped: {e:#}"),
     }
 
     // Plugins, per language: cold load, cached load, instantiate + call.

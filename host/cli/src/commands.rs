@@ -214,6 +214,15 @@ enum Command {
         /// The kept generation to go back to (see `berth history NAME`).
         generation: u64,
     },
+    /// Write a generation of NAME's running workspace now (a deduplicated
+    /// snapshot), with a message for `berth history`.
+    Checkpoint {
+        /// Sandbox name.
+        name: String,
+        /// What to say of it in the history.
+        #[arg(short, long)]
+        message: Option<String>,
+    },
     /// Make a new sandbox that starts from NAME's newest generation (or
     /// --generation K), sharing its chunks (NAME needs a deduplicated
     /// snapshot).
@@ -353,6 +362,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => sandboxes::diff(&name, from, to, json).await,
         Command::Rewind { name, generation } => sandboxes::rewind(&name, generation).await,
+        Command::Checkpoint { name, message } => sandboxes::checkpoint(&name, message).await,
         Command::Egress(a) => sandboxes::egress(a).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
         Command::Serve(a) => server::serve(a).await,

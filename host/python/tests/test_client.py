@@ -17,6 +17,9 @@ from berth_client import (
     Berth,
     BerthError,
     Conflict,
+    Diff,
+    GenerationNotKept,
+    History,
     NotFound,
     PathRefused,
     PlacementFailed,
@@ -301,6 +304,79 @@ class ClientTest(unittest.TestCase):
             box.remove()
 
 
+class HistoryTest(unittest.TestCase):
+    """A sandbox that checkpoints every command, on a deduplicated store
+    (tests/server.rs names a compiled fs-store's manifest in
+    BERTH_TEST_STORE_MANIFEST): history, diff, checkpoint and rewind."""
+
+    @classmethod
+    def setUpClass(cls):
+        manifest = os.environ.get("BERTH_TEST_STORE_MANIFEST")
+        if not manifest:
+            raise unittest.SkipTest("no store given (BERTH_TEST_STORE_MANIFEST)")
+        cls.berth = Berth()
+        cls.box = cls.berth.create(
+            "py-hist-" + uuid.uuid4().hex[:8],
+            backend="docker",
+            image=IMAGE,
+            snapshot="remote:" + manifest,
+            checkpoint_each_exec=True,
+        )
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.box.remove()
+        except NotFound:
+            pass
+
+    def test_history_diff_checkpoint_and_rewind(self):
+        box = self.box
+        one = box.exec("echo one > a.txt")
+        two = box.exec("echo two > b.txt; rm a.txt")
+        self.assertIsNotNone(one.checkpoint)
+        self.assertIsNone(one.checkpoint.error)
+        self.assertEqual(two.checkpoint.generation, one.checkpoint.generation + 1)
+        # A streamed command's exit event says the same.
+        events = list(box.exec_stream("echo three > c.txt"))
+        exit_event = events[-1]
+        self.assertEqual(exit_event.kind, "exit")
+        three = exit_event.checkpoint.generation
+        self.assertEqual(three, two.checkpoint.generation + 1)
+        # Without one, on request.
+        self.assertIsNone(box.exec("true", checkpoint=False).checkpoint)
+
+        history = box.history()
+        self.assertIsInstance(history, History)
+        self.assertEqual(history.current, three)
+        notes = {g.number: g.note for g in history.generations}
+        self.assertEqual(notes[one.checkpoint.generation]["command"], "echo one > a.txt")
+        self.assertEqual(notes[three]["kind"], "exec")
+
+        diff = box.diff(one.checkpoint.generation, two.checkpoint.generation)
+        self.assertIsInstance(diff, Diff)
+        changes = {p.path: p.change for p in diff.paths}
+        self.assertEqual(changes, {"a.txt": "removed", "b.txt": "added"})
+
+        box.files.write("named.txt", b"by name\n")
+        named = box.checkpoint("before the rewind")
+        self.assertEqual(named, three + 1)
+        self.assertEqual(
+            box.history().generations[-1].note,
+            {"kind": "checkpoint", "message": "before the rewind"},
+        )
+
+        saved = box.rewind(one.checkpoint.generation)
+        self.assertEqual(box.exec("cat a.txt; ls", checkpoint=False).stdout, "one\na.txt\n")
+        box.rewind(saved)
+        self.assertEqual(box.files.read("named.txt"), b"by name\n")
+
+        with self.assertRaises(GenerationNotKept) as refused:
+            box.rewind(999)
+        self.assertIn("999", refused.exception.message)
+        self.assertEqual(box.files.read("named.txt"), b"by name\n")
+
+
 class TcpAndLimitsTest(unittest.TestCase):
     """A server on loopback TCP with a token and a file-size limit
     (tests/server.rs starts it and names it in BERTH_TCP_URL, BERTH_TOKEN
@@ -351,6 +427,7 @@ class ErrorMappingTest(unittest.TestCase):
             (409, "stale", Stale),
             (409, "exists", Conflict),
             (404, "not_found", NotFound),
+            (404, "generation_not_kept", GenerationNotKept),
             (503, "placement", PlacementFailed),
             (500, "internal", BerthError),
         ]

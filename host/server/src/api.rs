@@ -44,7 +44,7 @@ pub struct ErrorDetail {
     /// `exists`, `bad_request`, `unauthorized`, `path_refused`,
     /// `file_not_found`, `process_not_found`, `process_running`,
     /// `lineage_mismatch`, `not_started`, `too_large`, `unsupported`,
-    /// `backend`, `internal`.
+    /// `generation_not_kept`, `backend`, `internal`.
     pub code: String,
     /// The whole cause chain, outermost first, joined by `: `.
     pub message: String,
@@ -96,6 +96,12 @@ pub struct CreateSandbox {
     /// (a `remote:MANIFEST` snapshot only). By default, whole archives.
     #[serde(default)]
     pub dedup_keep: Option<u32>,
+    /// Write a generation after every command (`berth create --checkpoint
+    /// each-exec`): a history to diff and rewind through. Implies
+    /// deduplicated generations, 50 kept unless `dedup_keep` says. By
+    /// default, no.
+    #[serde(default)]
+    pub checkpoint_each_exec: bool,
     /// Start it after creating. By default, yes.
     #[serde(default)]
     pub start: Option<bool>,
@@ -183,6 +189,9 @@ pub struct SandboxRecord {
     pub compression: bool,
     /// Whether the container is paused while stop reads the workspace.
     pub freeze: bool,
+    /// Whether every command is followed by a checkpoint.
+    #[serde(default)]
+    pub checkpoint_each_exec: bool,
     /// The lifecycle state (the library's `SandboxState` JSON).
     pub state: serde_json::Value,
 }
@@ -263,6 +272,11 @@ pub struct ExecBody {
     /// cap.
     #[serde(default)]
     pub stderr_cap: Option<u64>,
+    /// Write a generation of the workspace when the command ends, before
+    /// the result (or the `exit` line) is sent. By default, what the
+    /// sandbox was created with (`checkpoint: "each-exec"`).
+    #[serde(default)]
+    pub checkpoint: Option<bool>,
 }
 
 /// A terminal's size.
@@ -305,6 +319,9 @@ pub struct ExecOutcome {
     /// Notes for people (a timeout, the out-of-memory killer).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The checkpoint taken after it, when one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<crate::api_history::Checkpointed>,
 }
 
 /// One line of a streamed exec (or of followed logs).
@@ -339,6 +356,9 @@ pub enum ExecLine {
         duration_ms: u64,
         /// Notes for people.
         notes: Vec<String>,
+        /// The checkpoint taken after it, when one was.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checkpoint: Option<crate::api_history::Checkpointed>,
     },
     /// The stream failed after it began (the reply's status was already
     /// sent): the last line.

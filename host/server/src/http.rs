@@ -102,6 +102,7 @@ impl From<berth::SandboxError> for ApiError {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }
             E::Backend(_) => (StatusCode::BAD_GATEWAY, "backend"),
+            E::GenerationNotKept { .. } => (StatusCode::NOT_FOUND, "generation_not_kept"),
             E::Spec(_) | E::UnknownBackend { .. } | E::NoGenerations { .. } => {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }

@@ -27,6 +27,7 @@
 
 mod api;
 mod api_egress;
+mod api_history;
 mod handlers;
 mod http;
 mod listen;
@@ -42,6 +43,7 @@ use berth::sandbox::NamedSandboxes;
 
 pub use api::*;
 pub use api_egress::*;
+pub use api_history::*;
 pub use http::{BoxError, Reply, ReplyBody, RequestBody};
 pub use listen::{ServeError, Server};
 pub use notices::{EventText, WarningRelay, NOTICES_HEADER, NOTICE_TARGET, WARNINGS_HEADER};

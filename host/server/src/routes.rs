@@ -8,7 +8,8 @@ use http::{Method, StatusCode};
 
 use crate::api;
 use crate::api_egress;
-use crate::handlers::{egress, exec, files, processes, sandboxes};
+use crate::api_history;
+use crate::handlers::{egress, exec, files, history, processes, sandboxes};
 use crate::http::ApiError;
 use crate::route::{json, lines};
 pub(crate) use crate::route::{Call, Handler, Payload, Route};
@@ -44,6 +45,10 @@ pub(crate) fn table() -> Vec<Route> {
         r(Method::POST, "/v1/sandboxes/{name}/start", "Start: reuse, rebuild or restore the workspace.", &[], Empty, json::<api::Started>(), sandboxes::start),
         r(Method::POST, "/v1/sandboxes/{name}/stop", "Persist the workspace into its snapshot (destroys nothing).", &[], Empty, json::<api::SandboxRecord>(), sandboxes::stop),
         r(Method::POST, "/v1/sandboxes/{name}/fork", "Fork: a new sandbox starting from one of this one's kept generations (deduplicated snapshots).", &[], json::<api::ForkBody>(), json::<api::SandboxRecord>(), sandboxes::fork),
+        r(Method::GET, "/v1/sandboxes/{name}/history", "The kept generations of a deduplicated snapshot, oldest first: when, why (a command's checkpoint, a named checkpoint, a rewind, a stop) and what each changed.", &[], Empty, json::<api_history::History>(), history::history),
+        r(Method::GET, "/v1/sandboxes/{name}/diff", "The paths two kept generations differ by, read from their indexes (nothing else is downloaded).", &[("from", true, "The older generation."), ("to", true, "The newer generation.")], Empty, json::<api_history::Diff>(), history::diff),
+        r(Method::POST, "/v1/sandboxes/{name}/checkpoint", "Write a generation of the running workspace now (it keeps running).", &[], json::<api_history::CheckpointBody>(), json::<api_history::Checkpointed>(), history::checkpoint),
+        r(Method::POST, "/v1/sandboxes/{name}/rewind", "Make the workspace a kept generation; the workspace as it was is saved first as a new generation (rewind to it to undo). Background processes do not survive it.", &[], json::<api_history::RewindBody>(), json::<api_history::Rewound>(), history::rewind),
         r(Method::POST, "/v1/sandboxes/{name}/shutdown", "Destroy the running instance (the snapshot stays).", &[], Empty, json::<api::SandboxRecord>(), sandboxes::shutdown),
         r(Method::GET, "/v1/sandboxes/{name}/archive", "The workspace as a tar stream.", &[], Empty, Bytes("application/x-tar"), files::persist),
         r(Method::PUT, "/v1/sandboxes/{name}/archive", "Extract a tar stream into the workspace, after all of it passed the hydrate policy.", &[], Bytes("application/x-tar"), json::<api::Written>(), files::hydrate),

@@ -61,7 +61,9 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         && load(&home, &args.name).is_ok_and(|s| s.checkpoint_each_exec))
     .then(|| (args.name.clone(), args.command.join(" ")));
     if let Some(remote) = Remote::for_home(&home).await {
-        return exec_through(&remote, args, checkpoint).await;
+        // The server checkpoints on the sandbox it holds open, before it
+        // sends the command's exit.
+        return exec_through(&remote, args).await;
     }
     let (lock, mut sandbox) = attach_locked(&home, &args.name).await?;
     let command = args.command.join(" ");
@@ -159,11 +161,7 @@ fn env_pairs(env: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
 }
 
 /// `berth exec` through the server: the same output and exit code.
-async fn exec_through(
-    remote: &Remote,
-    args: ExecArgs,
-    checkpoint: Option<(String, String)>,
-) -> anyhow::Result<ExitCode> {
+async fn exec_through(remote: &Remote, args: ExecArgs) -> anyhow::Result<ExitCode> {
     let command = args.command.join(" ");
     let path = through_server::sandbox_path(&args.name);
     if args.detach {
@@ -189,17 +187,16 @@ async fn exec_through(
         "interactive": args.interactive && !args.json,
     });
     if args.json {
-        let started = (std::time::SystemTime::now(), std::time::Instant::now());
         let result: berth_server::ExecOutcome = remote
             .json(Method::POST, &format!("{path}/exec"), Some(body))
             .await?;
         println!("{}", serde_json::to_string_pretty(&result)?);
-        after_command(checkpoint, result.exit_code, started).await;
+        through_server::report_checkpoint(result.checkpoint.as_ref());
         return Ok(exit_code(result.exit_code));
     }
     let process =
         through_server::process(remote, Method::POST, &format!("{path}/exec"), Some(body)).await?;
-    run_streamed(process, args.interactive, checkpoint).await
+    run_streamed(process, args.interactive, None).await
 }
 
 fn exit_code(code: i32) -> ExitCode {

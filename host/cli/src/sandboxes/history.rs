@@ -1,14 +1,19 @@
-//! `berth history|diff|rewind`, and the checkpoint `--checkpoint each-exec`
-//! takes after every command: a deduplicated snapshot's generations for
-//! people. Each runs in this process under the sandbox's lock (a server,
-//! if one runs, resumes sandboxes from the same state under the same lock).
+//! `berth history|diff|rewind|checkpoint`, and the checkpoint
+//! `--checkpoint each-exec` takes after every command: a deduplicated
+//! snapshot's generations for people. Each goes through the server when
+//! one runs (it holds sandboxes open: a checkpoint there costs what
+//! changed, not a resume); else it runs in this process under the
+//! sandbox's lock.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
-use berth::snapshot::{ChangeKind, GenerationNote};
+use berth::snapshot::GenerationNote;
+use berth_server::{Checkpointed, Diff, History, Note, Rewound};
+use http::Method;
 
 use super::*;
+use crate::server::Remote;
 
 /// What a sandbox's state file holds (its record and options).
 type Saved = berth::sandbox::NamedSandbox;
@@ -38,14 +43,21 @@ fn when(secs: Option<u64>) -> String {
     }
 }
 
-/// `berth history NAME`.
+/// `berth history NAME`: through the server when one runs (it may hold the
+/// sandbox open), else read from the state here.
 pub async fn history(name: &str, json: bool) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let saved = load(&home, name)?;
-    let sandbox = resume(&home, &saved).await?;
-    let history = sandbox.history().with_context(|| {
-        format!("{name} keeps no history: create it with --dedup (and --keep N)")
-    })?;
+    let history: History = match Remote::for_home(&home).await {
+        Some(remote) => {
+            let path = format!("{}/history", through_server::sandbox_path(name));
+            remote.json(Method::GET, &path, None).await?
+        }
+        None => {
+            let saved = load(&home, name)?;
+            let sandbox = resume(&home, &saved).await?;
+            History::from(sandbox.history()?)
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&history)?);
         return Ok(ExitCode::SUCCESS);
@@ -60,14 +72,16 @@ pub async fn history(name: &str, json: bool) -> anyhow::Result<ExitCode> {
             ""
         };
         let what = match &g.note {
-            Some(GenerationNote::Exec {
+            Some(Note::Exec {
                 command,
                 exit_code,
                 duration_ms,
                 ..
             }) => format!("exec {command:?} → {exit_code} ({duration_ms} ms)"),
-            Some(GenerationNote::BeforeRewind { to }) => format!("saved before rewind to {to}"),
-            Some(_) => "-".into(),
+            Some(Note::Checkpoint { message: Some(m) }) => format!("checkpoint {m:?}"),
+            Some(Note::Checkpoint { message: None }) => "checkpoint".into(),
+            Some(Note::BeforeRewind { to }) => format!("saved before rewind to {to}"),
+            Some(Note::Other) => "-".into(),
             None => "stop".into(),
         };
         let (a, c, r) = match &g.changes {
@@ -97,18 +111,29 @@ pub async fn history(name: &str, json: bool) -> anyhow::Result<ExitCode> {
 /// `berth diff NAME A B`.
 pub async fn diff(name: &str, older: u64, newer: u64, json: bool) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let saved = load(&home, name)?;
-    let sandbox = resume(&home, &saved).await?;
-    let diff = sandbox.diff(older, newer).await?;
+    let diff: Diff = match Remote::for_home(&home).await {
+        Some(remote) => {
+            let path = format!(
+                "{}/diff?from={older}&to={newer}",
+                through_server::sandbox_path(name)
+            );
+            remote.json(Method::GET, &path, None).await?
+        }
+        None => {
+            let saved = load(&home, name)?;
+            let sandbox = resume(&home, &saved).await?;
+            Diff::from(sandbox.diff(older, newer).await?)
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&diff)?);
         return Ok(ExitCode::SUCCESS);
     }
     for p in &diff.paths {
-        let sign = match p.change {
-            ChangeKind::Added => "+",
-            ChangeKind::Removed => "-",
-            ChangeKind::Modified => "M",
+        let sign = match p.change.as_str() {
+            "added" => "+",
+            "removed" => "-",
+            _ => "M",
         };
         if p.what.is_empty() {
             println!("{sign} {} ({})", p.path, p.kind);
@@ -124,10 +149,33 @@ pub async fn diff(name: &str, older: u64, newer: u64, json: bool) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// `berth rewind NAME K`.
+/// `berth rewind NAME K`: through the server when one runs (which then
+/// opens the rewound sandbox afresh), else here under the sandbox's lock.
 pub async fn rewind(name: &str, number: u64) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let (_lock, mut saved, mut sandbox) = resumed(&home, name).await?;
+    let before = match Remote::for_home(&home).await {
+        Some(remote) => {
+            let path = format!("{}/rewind", through_server::sandbox_path(name));
+            let rewound: Rewound = remote
+                .json(
+                    Method::POST,
+                    &path,
+                    Some(serde_json::json!({ "generation": number })),
+                )
+                .await
+                .with_context(|| format!("rewinding {name} to generation {number}"))?;
+            rewound.saved_as
+        }
+        None => rewind_here(&home, name, number).await?,
+    };
+    println!(
+        "rewound {name} to generation {number}; the workspace as it was is generation {before} (`berth rewind {name} {before}` undoes this)"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn rewind_here(home: &Path, name: &str, number: u64) -> anyhow::Result<u64> {
+    let (_lock, mut saved, mut sandbox) = resumed(home, name).await?;
     let attached = if saved.state.workspace_root_ready {
         sandbox.attach().await.map(|_| ())
     } else {
@@ -138,11 +186,40 @@ pub async fn rewind(name: &str, number: u64) -> anyhow::Result<ExitCode> {
         Err(e) => Err(e),
     };
     saved.state = sandbox.state();
-    save(&home, &saved)?;
-    let before = result.with_context(|| format!("rewinding {name} to generation {number}"))?;
-    println!(
-        "rewound {name} to generation {number}; the workspace as it was is generation {before} (`berth rewind {name} {before}` undoes this)"
-    );
+    save(home, &saved)?;
+    result.with_context(|| format!("rewinding {name} to generation {number}"))
+}
+
+/// `berth checkpoint NAME [-m MESSAGE]`: a generation of the running
+/// workspace now, through the server when one runs.
+pub async fn checkpoint(name: &str, message: Option<String>) -> anyhow::Result<ExitCode> {
+    let home = berth_home()?;
+    let generation = match Remote::for_home(&home).await {
+        Some(remote) => {
+            let path = format!("{}/checkpoint", through_server::sandbox_path(name));
+            let taken: Checkpointed = remote
+                .json(
+                    Method::POST,
+                    &path,
+                    Some(serde_json::json!({ "message": message })),
+                )
+                .await?;
+            taken.generation.unwrap_or_default()
+        }
+        None => {
+            let (_lock, mut saved, mut sandbox) = resumed(&home, name).await?;
+            sandbox.history()?;
+            sandbox.attach().await?;
+            let result = sandbox
+                .checkpoint(GenerationNote::Checkpoint { message })
+                .await;
+            saved.state = sandbox.state();
+            save(&home, &saved)?;
+            result?;
+            sandbox.history()?.current.unwrap_or_default()
+        }
+    };
+    println!("{name}: generation {generation}");
     Ok(ExitCode::SUCCESS)
 }
 

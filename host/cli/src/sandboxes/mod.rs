@@ -26,7 +26,7 @@ pub use commands::{exec, kill, logs, port, ps, shell, wait, ExecArgs, LogsArgs};
 pub use create::{create, CreateArgs};
 pub use egress::{egress, EgressArgs};
 pub use files::{cp, files, FilesCommand};
-pub use history::{diff, history, rewind};
+pub use history::{checkpoint, diff, history, rewind};
 pub use listing::{fork, ls};
 pub use remove::{gc, gc_orphans, rm};
 pub use run::{hydrate, inspect, persist, shutdown, start, stop, StartArgs};

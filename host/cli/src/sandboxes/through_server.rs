@@ -86,7 +86,8 @@ pub async fn process(
                             }
                             ExecLine::Stdout { data } => ExecEvent::Stdout(decode(&data)),
                             ExecLine::Stderr { data } => ExecEvent::Stderr(decode(&data)),
-                            ExecLine::Exit { exit_code, signal, timed_out, duration_ms, notes } => {
+                            ExecLine::Exit { exit_code, signal, timed_out, duration_ms, notes, checkpoint } => {
+                                report_checkpoint(checkpoint.as_ref());
                                 let mut exit = ExecExit::new(exit_code, timed_out, std::time::Duration::from_millis(duration_ms));
                                 exit.signal = signal;
                                 exit.notes = notes;
@@ -109,6 +110,17 @@ pub async fn process(
         }
     });
     Ok(process)
+}
+
+/// Says so when the checkpoint after a command failed (the command's own
+/// exit code stands), as the in-process checkpoint does.
+pub fn report_checkpoint(checkpoint: Option<&berth_server::Checkpointed>) {
+    if let Some(error) = checkpoint.and_then(|c| c.error.as_ref()) {
+        eprintln!(
+            "berth: the checkpoint after this command failed: {}",
+            error.message
+        );
+    }
 }
 
 fn decode(data: &str) -> Bytes {
@@ -193,7 +205,7 @@ pub fn sandbox_path(name: &str) -> String {
 /// A record from the server as the CLI's.
 pub fn saved(record: SandboxRecord) -> anyhow::Result<super::Saved> {
     Ok(super::Saved {
-        checkpoint_each_exec: false,
+        checkpoint_each_exec: record.checkpoint_each_exec,
         name: record.name,
         compression: record.compression,
         freeze: record.freeze,

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use berth::backend::{ExecEvent, ExecInput, ExecInputSender, ExecProcess, ExecRequest, PtySize};
@@ -14,6 +14,7 @@ use futures::{FutureExt, StreamExt};
 use http::StatusCode;
 use http_body_util::BodyExt;
 
+use super::history;
 use crate::api::{self, ExecLine};
 use crate::http::{json_reply, read_json, stream_reply, ApiError, BoxError, Reply};
 use crate::route::Call;
@@ -81,26 +82,58 @@ pub(crate) fn wire(event: ExecEvent) -> ExecLine {
             timed_out: e.timed_out,
             duration_ms: e.duration_ms,
             notes: e.notes,
+            checkpoint: None,
         },
     }
 }
 
+/// What an exec checkpoints after its command: the command line and when
+/// it started.
+#[derive(Clone)]
+pub(crate) struct CheckpointAfter {
+    command: String,
+    started: SystemTime,
+}
+
 /// A process's events as NDJSON lines, `first` before them; the stream
 /// ends after the exit (or an error line). Dropping it (the client went
-/// away) drops the process, which stops the command.
+/// away) drops the process, which stops the command. With `checkpoint`
+/// (and `sandbox`), a generation is written before the exit line, which
+/// says what it wrote.
 pub(crate) fn ndjson(
     first: Option<ExecLine>,
     process: ExecProcess,
     guard: Option<Registered>,
     sandbox: Option<(Arc<Inner>, String)>,
+    checkpoint: Option<CheckpointAfter>,
 ) -> Reply {
     let head = futures::stream::iter(first.map(|l| Ok::<_, BoxError>(line(&l))));
     let events = futures::stream::unfold(Some((process, guard)), move |state| {
         let sandbox = sandbox.clone();
+        let checkpoint = checkpoint.clone();
         async move {
             let (mut process, guard) = state?;
             match process.next_event().await {
-                Some(Ok(ExecEvent::Exit(e))) => Some((Ok(line(&wire(ExecEvent::Exit(e)))), None)),
+                Some(Ok(ExecEvent::Exit(e))) => {
+                    let (code, duration_ms) = (e.exit_code, e.duration_ms);
+                    let mut exit = wire(ExecEvent::Exit(e));
+                    if let (Some(after), Some((inner, name)), ExecLine::Exit { checkpoint, .. }) =
+                        (&checkpoint, &sandbox, &mut exit)
+                    {
+                        *checkpoint = Some(
+                            history::after_command(
+                                inner,
+                                name,
+                                &after.command,
+                                code,
+                                after.started,
+                                duration_ms,
+                            )
+                            .await,
+                        );
+                    }
+                    Some((Ok(line(&exit)), None))
+                }
                 Some(Ok(event)) => Some((Ok(line(&wire(event))), Some((process, guard)))),
                 Some(Err(e)) => {
                     let mut e = ApiError::from(berth::SandboxError::from(e));
@@ -167,6 +200,19 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
             .transpose()
             .map_err(|e| ApiError::bad_request(format!("`stdin` is not base64: {e}")))?;
         let timeout = Duration::from_millis(body.timeout_ms.unwrap_or(600_000));
+        let checkpoint = body
+            .checkpoint
+            .unwrap_or_else(|| {
+                inner
+                    .open
+                    .named()
+                    .load(&name)
+                    .is_ok_and(|r| r.checkpoint_each_exec)
+            })
+            .then(|| CheckpointAfter {
+                command: body.command.clone(),
+                started: SystemTime::now(),
+            });
         let mut request = ExecRequest::new(body.command.clone(), timeout);
         request.env.extend(body.env.clone());
         if body.stdout_cap.is_some() || body.stderr_cap.is_some() {
@@ -206,7 +252,27 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
                     return Err(removed_meanwhile(&inner, &name, e).await);
                 }
             };
-            return Ok(json_reply(&result));
+            let Some(after) = checkpoint else {
+                return Ok(json_reply(&result));
+            };
+            let taken = history::after_command(
+                &inner,
+                &name,
+                &after.command,
+                result.exit_code,
+                after.started,
+                result.duration_ms,
+            )
+            .await;
+            let mut reply = serde_json::to_value(&result)
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("a result as JSON: {e}")))?;
+            if let Some(fields) = reply.as_object_mut() {
+                fields.insert(
+                    "checkpoint".into(),
+                    serde_json::to_value(&taken).unwrap_or_default(),
+                );
+            }
+            return Ok(json_reply(&reply));
         }
         let (process, ..) = spawn_retrying(&inner, &name, request).await?;
         if let Some(bytes) = stdin {
@@ -224,9 +290,16 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
                 process,
                 Some(guard),
                 Some((inner.clone(), name)),
+                checkpoint,
             ));
         }
-        Ok(ndjson(None, process, None, Some((inner.clone(), name))))
+        Ok(ndjson(
+            None,
+            process,
+            None,
+            Some((inner.clone(), name)),
+            checkpoint,
+        ))
     }
     .boxed()
 }

@@ -166,7 +166,10 @@ fn request_of(body: api::CreateSandbox, home: &std::path::Path) -> Result<Create
         request.snapshot = snapshot;
     }
     request.compression = body.compress;
-    request.dedup_keep = body.dedup_keep;
+    request.checkpoint_each_exec = body.checkpoint_each_exec;
+    request.dedup_keep = body.dedup_keep.or(body
+        .checkpoint_each_exec
+        .then(|| berth::sandbox::default_keep(true)));
     request.start = body.start.unwrap_or(true);
     if let Some(egress) = &body.egress {
         request.egress = Some(egress.settings().map_err(ApiError::bad_request)?);

@@ -64,6 +64,13 @@ pub enum GenerationNote {
         /// How long it ran.
         duration_ms: u64,
     },
+    /// A checkpoint asked for by name (`berth checkpoint`, `POST
+    /// …/checkpoint`), with what its asker said of it.
+    Checkpoint {
+        /// A message (`-m`), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// The workspace as it was before a rewind to generation `to`.
     BeforeRewind {
         /// The generation the workspace was rewound to.
