@@ -375,7 +375,18 @@ fn gc_removes_what_a_killed_stop_left() {
         berth_ok(&home, &["gc", "k"]);
     }
     assert!(killed_mid_way, "could not kill a stop mid-way");
-    let left = objects(&store);
+    // The stop ran in the server the CLI reached: its handler ends when
+    // the client goes, but an upload already handed to the store finishes.
+    // Wait until the store is still.
+    let mut left = objects(&store);
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = objects(&store);
+        if now == left {
+            break;
+        }
+        left = now;
+    }
     assert!(left.iter().any(|o| o.ends_with(".journal")), "{left:?}");
     let orphans: Vec<_> = packs(&left)
         .into_iter()

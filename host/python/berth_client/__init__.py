@@ -34,7 +34,6 @@ from ._errors import (
     Stale,
     TooLarge,
     Unauthorized,
-    _error_class,
 )
 from ._sandbox import Files, Sandbox
 from ._types import (

@@ -4,13 +4,14 @@ and generations."""
 from __future__ import annotations
 
 import base64
+import os
 import urllib.parse
 from typing import IO, TYPE_CHECKING, Iterator, Optional, Union
 
+from ._errors import NotFound
 from ._types import (
     API,
     _CHUNK,
-    Checkpointed,
     Diff,
     ExecEvent,
     ExecResult,

@@ -26,8 +26,8 @@ from berth_client import (
     Stale,
     TooLarge,
     Unauthorized,
-    _error_class,
 )
+from berth_client._errors import _error_class
 
 from tests import find_key
 

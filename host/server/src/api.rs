@@ -321,7 +321,7 @@ pub struct ExecOutcome {
     pub notes: Vec<String>,
     /// The checkpoint taken after it, when one was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<crate::api_history::Checkpointed>,
+    pub checkpoint: Option<Checkpointed>,
 }
 
 /// One line of a streamed exec (or of followed logs).
@@ -358,7 +358,7 @@ pub enum ExecLine {
         notes: Vec<String>,
         /// The checkpoint taken after it, when one was.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        checkpoint: Option<crate::api_history::Checkpointed>,
+        checkpoint: Option<Checkpointed>,
     },
     /// The stream failed after it began (the reply's status was already
     /// sent): the last line.
@@ -461,4 +461,17 @@ pub struct Port {
 pub struct Done {
     /// Always true.
     pub ok: bool,
+}
+
+/// A checkpoint taken: `POST …/checkpoint`, and `checkpoint` in an exec's
+/// result when the sandbox checkpoints every command.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Checkpointed {
+    /// The generation written; none when the checkpoint failed.
+    pub generation: Option<u64>,
+    /// How long it took, in milliseconds.
+    pub duration_ms: u64,
+    /// Why it failed (the command's own result stands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
 }

@@ -6,7 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::{ErrorDetail, SandboxRecord};
+use crate::api::SandboxRecord;
 
 /// `GET /v1/sandboxes/{name}/history`: the kept generations.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -118,19 +118,6 @@ pub struct CheckpointBody {
     /// What to say of it in the history.
     #[serde(default)]
     pub message: Option<String>,
-}
-
-/// A checkpoint taken: `POST …/checkpoint`, and `checkpoint` in an exec's
-/// result when the sandbox checkpoints every command.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct Checkpointed {
-    /// The generation written; none when the checkpoint failed.
-    pub generation: Option<u64>,
-    /// How long it took, in milliseconds.
-    pub duration_ms: u64,
-    /// Why it failed (the command's own result stands).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorDetail>,
 }
 
 /// `POST /v1/sandboxes/{name}/rewind`.

@@ -204,13 +204,20 @@ impl NamedSandboxes {
 
     /// Options for a named sandbox: the state file is rewritten
     /// (atomically) whenever the lifecycle says a crash must not lose the
-    /// moment. By default, no progress is reported.
-    pub fn options(&self, name: &str, compression: bool, freeze: bool) -> SandboxOptions {
+    /// moment, keeping the record's own settings (`compression`, `freeze`,
+    /// `checkpoint_each_exec`). By default, no progress is reported.
+    pub fn options(
+        &self,
+        name: &str,
+        compression: bool,
+        freeze: bool,
+        checkpoint_each_exec: bool,
+    ) -> SandboxOptions {
         let this = self.clone();
         let name = name.to_string();
         let sink = move |state: &SandboxState| {
             let record = NamedSandbox {
-                checkpoint_each_exec: false,
+                checkpoint_each_exec,
                 name: name.clone(),
                 compression,
                 freeze,
@@ -234,7 +241,12 @@ impl NamedSandboxes {
         record: &NamedSandbox,
         adjust: impl FnOnce(&mut SandboxOptions),
     ) -> Result<Sandbox, NamedSandboxError> {
-        let mut options = self.options(&record.name, record.compression, record.freeze);
+        let mut options = self.options(
+            &record.name,
+            record.compression,
+            record.freeze,
+            record.checkpoint_each_exec,
+        );
         adjust(&mut options);
         Ok(self
             .client

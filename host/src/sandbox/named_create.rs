@@ -161,7 +161,12 @@ impl NamedSandboxes {
             snapshot = snapshot.deduplicated(keep);
         }
         let backend = self.client().backend_from_settings(&request.backend)?;
-        let mut options = self.options(&name, request.compression, request.freeze);
+        let mut options = self.options(
+            &name,
+            request.compression,
+            request.freeze,
+            request.checkpoint_each_exec,
+        );
         adjust(&mut options);
         let mut spec = SandboxSpec::new(request.workspace)
             .snapshot(snapshot)

@@ -94,7 +94,8 @@ pub async fn fork(
     let source = load(&home, name)?;
     let client = client(&home);
     let backend = client.backend_like(&source.state.backend)?;
-    let opts = options(&home, new, false, source.freeze);
+    let mut opts = named(&home).options(new, false, source.freeze, false);
+    opts.progress = progress_bar();
     let mut sandbox = client
         .fork(&source.state, generation, None, backend, opts)
         .await

@@ -54,8 +54,13 @@ fn save(home: &Path, saved: &Saved) -> anyhow::Result<()> {
 /// Options for a CLI sandbox: the state file is rewritten (atomically)
 /// whenever the lifecycle says a crash must not lose the moment; progress
 /// drawn on stderr.
-fn options(home: &Path, name: &str, compression: bool, freeze: bool) -> SandboxOptions {
-    let mut options = named(home).options(name, compression, freeze);
+fn options(home: &Path, saved: &Saved) -> SandboxOptions {
+    let mut options = named(home).options(
+        &saved.name,
+        saved.compression,
+        saved.freeze,
+        saved.checkpoint_each_exec,
+    );
     options.progress = progress_bar();
     options
 }

@@ -51,7 +51,7 @@ pub async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let mut sandbox = match &args.engine {
         Some(engine) => {
             let client = client(&home);
-            let options = options(&home, name, saved.compression, saved.freeze);
+            let options = options(&home, &saved);
             let state = saved.state.clone();
             let moved = match EngineChoice::new(engine.clone()).moved_state(&state.backend)? {
                 Some(target) => client.move_to(state, target, None, options).await,

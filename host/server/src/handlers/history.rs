@@ -10,7 +10,8 @@ use futures::FutureExt;
 
 use super::record;
 use super::sandboxes::{resumed, saved, Answer};
-use crate::api_history::{CheckpointBody, Checkpointed, Diff, History, RewindBody, Rewound};
+use crate::api::Checkpointed;
+use crate::api_history::{CheckpointBody, Diff, History, RewindBody, Rewound};
 use crate::http::{json_reply, read_json, ApiError};
 use crate::route::Call;
 use crate::Inner;

@@ -283,7 +283,7 @@ pub(crate) fn fork(inner: Arc<Inner>, call: Call) -> Answer {
         let source = named.load(&source_name)?;
         let client = named.client();
         let backend = client.backend_like(&source.state.backend)?;
-        let options = named.options(&body.name, false, source.freeze);
+        let options = named.options(&body.name, false, source.freeze, false);
         let mut sandbox = client
             .fork(&source.state, body.generation, None, backend, options)
             .await?;
