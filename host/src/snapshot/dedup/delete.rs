@@ -69,15 +69,15 @@ impl DedupSnapshot {
         // garbage than to delete a pack a fork needs.
         let mut referenced = BTreeSet::new();
         for index in &kept {
-            referenced.extend(self.index(index).await?.header.packs.iter().cloned());
+            referenced.extend(self.packs_of(index).await?.iter().cloned());
         }
         // A fork of a fork starts from an index of another snapshot that
         // may reference this one's packs: every known base counts. One that
         // is not in this store belongs to another store.
         if let Keep::Bases(bases) = keep {
             for index in bases {
-                match self.index(index).await {
-                    Ok(i) => referenced.extend(i.header.packs.iter().cloned()),
+                match self.packs_of(index).await {
+                    Ok(packs) => referenced.extend(packs.iter().cloned()),
                     Err(e) if is_not_found(&e) => {}
                     Err(e) => return Err(e),
                 }
@@ -86,9 +86,9 @@ impl DedupSnapshot {
         let mut candidates = BTreeSet::new();
         let mut indexes_gone = Vec::new();
         for index in &doomed {
-            match self.index(index).await {
-                Ok(i) => {
-                    candidates.extend(i.header.packs.iter().cloned());
+            match self.packs_of(index).await {
+                Ok(packs) => {
+                    candidates.extend(packs.iter().cloned());
                     indexes_gone.push(index.clone());
                 }
                 Err(e) if is_not_found(&e) => {}
@@ -131,10 +131,8 @@ impl DedupSnapshot {
             report.deleted.push(object);
         }
         if !dry_run {
-            if let Ok(mut m) = self.indexes.lock() {
-                for i in &indexes_gone {
-                    m.remove(i);
-                }
+            for i in &indexes_gone {
+                self.indexes.forget(i);
             }
             let kept_set: BTreeSet<&String> = kept.iter().collect();
             self.update_record(|r| {

@@ -92,28 +92,11 @@ impl DedupSnapshot {
                 doomed.push(g);
             }
         }
-        let mut retained: Vec<String> = record
-            .generations
-            .iter()
-            .chain(&record.pinned)
-            .map(|g| g.index.clone())
-            .collect();
-        let unrecorded = names::index(self.id.as_str(), record.next_number());
-        if self.client.exists(&unrecorded).await? {
-            retained.push(unrecorded);
-        }
-        let mut referenced = BTreeSet::new();
-        for object in &retained {
-            // An unreadable retained index stops the collection: better
-            // to keep garbage than to delete what it might need.
-            let index = self.index(object).await?;
-            referenced.extend(index.header.packs.iter().cloned());
-        }
         let mut candidates = BTreeSet::new();
         for g in &doomed {
-            match self.index(&g.index).await {
-                Ok(index) => {
-                    candidates.extend(index.header.packs.iter().cloned());
+            match self.packs_of(&g.index).await {
+                Ok(packs) => {
+                    candidates.extend(packs.iter().cloned());
                     report.indexes.push(g.index.clone());
                 }
                 Err(e) if is_not_found(&e) => {}
@@ -124,6 +107,25 @@ impl DedupSnapshot {
         if let Some(packs) = self.journal_packs().await? {
             report.journal = true;
             candidates.extend(packs);
+        }
+        // What is kept matters only when something may go.
+        let mut referenced = BTreeSet::new();
+        if !candidates.is_empty() {
+            let mut retained: Vec<String> = record
+                .generations
+                .iter()
+                .chain(&record.pinned)
+                .map(|g| g.index.clone())
+                .collect();
+            let unrecorded = names::index(self.id.as_str(), record.next_number());
+            if self.client.exists(&unrecorded).await? {
+                retained.push(unrecorded);
+            }
+            for object in &retained {
+                // An unreadable retained index stops the collection:
+                // better to keep garbage than to delete what it might need.
+                referenced.extend(self.packs_of(object).await?.iter().cloned());
+            }
         }
         report.packs = self.own_unreferenced(candidates, &referenced);
         if dry_run {
@@ -143,10 +145,8 @@ impl DedupSnapshot {
                 Err(e) => return Err(e),
             }
         }
-        if let Ok(mut m) = self.indexes.lock() {
-            for i in &report.indexes {
-                m.remove(i);
-            }
+        for i in &report.indexes {
+            self.indexes.forget(i);
         }
         self.update_record(|r| {
             r.generations = record.generations;

@@ -21,6 +21,7 @@ mod format;
 mod format_error;
 mod gc;
 mod generations;
+mod index_cache;
 mod packing;
 mod persist;
 mod record;
@@ -28,7 +29,6 @@ mod restore;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -170,8 +170,9 @@ pub struct DedupSnapshot {
     record: Mutex<DedupRecord>,
     /// A stop was interrupted: an index newer than the record may exist.
     interrupted: bool,
-    /// Indexes read or written in this process, by object id.
-    indexes: Mutex<HashMap<String, Arc<Index>>>,
+    /// Indexes read or written in this process: the newest whole, the
+    /// rest as pack lists.
+    indexes: index_cache::IndexCache,
     /// What the next stop's generation records about why it was made.
     next_note: Mutex<Option<GenerationNote>>,
 }
@@ -204,7 +205,7 @@ impl DedupSnapshot {
             options,
             record: Mutex::new(record),
             interrupted,
-            indexes: Mutex::new(HashMap::new()),
+            indexes: index_cache::IndexCache::default(),
             next_note: Mutex::new(None),
         }
     }
@@ -337,25 +338,33 @@ impl DedupSnapshot {
 
     /// An index, from this process's memory or the store, checked.
     async fn index(&self, object: &str) -> Result<Arc<Index>, StoreError> {
-        if let Some(i) = self
-            .indexes
-            .lock()
-            .ok()
-            .and_then(|m| m.get(object).cloned())
-        {
+        if let Some(i) = self.indexes.whole(object) {
             return Ok(i);
         }
-        let bytes = self.fetch_small(object, MAX_INDEX_BYTES, "index").await?;
-        let index = Index::decode(&bytes).map_err(|source| damaged(object.to_string(), source))?;
-        let index = Arc::new(index);
+        let index = Arc::new(self.fetch_index(object).await?);
         self.remember(object, index.clone());
         Ok(index)
     }
 
-    fn remember(&self, object: &str, index: Arc<Index>) {
-        if let Ok(mut m) = self.indexes.lock() {
-            m.insert(object.to_string(), index);
+    /// The packs index `object` references (all garbage collection needs
+    /// of a generation): held for every index seen, so a collection does
+    /// not read every kept index again, nor keep them whole.
+    async fn packs_of(&self, object: &str) -> Result<Arc<[String]>, StoreError> {
+        if let Some(packs) = self.indexes.packs(object) {
+            return Ok(packs);
         }
+        let index = self.fetch_index(object).await?;
+        self.indexes.remember_packs(object, &index);
+        Ok(index.header.packs.into())
+    }
+
+    async fn fetch_index(&self, object: &str) -> Result<Index, StoreError> {
+        let bytes = self.fetch_small(object, MAX_INDEX_BYTES, "index").await?;
+        Index::decode(&bytes).map_err(|source| damaged(object.to_string(), source))
+    }
+
+    fn remember(&self, object: &str, index: Arc<Index>) {
+        self.indexes.remember(object, index);
     }
 
     /// Downloads a small object into memory, at most `cap` bytes.
