@@ -87,6 +87,15 @@ pub(crate) fn wire(event: ExecEvent) -> ExecLine {
     }
 }
 
+/// A collected result and the checkpoint taken after it (the fields of
+/// [`api::ExecOutcome`], in its order).
+#[derive(serde::Serialize)]
+struct WithCheckpoint<'a> {
+    #[serde(flatten)]
+    result: &'a berth::backend::ExecResult,
+    checkpoint: api::Checkpointed,
+}
+
 /// What an exec checkpoints after its command: the command line and when
 /// it started.
 #[derive(Clone)]
@@ -264,15 +273,10 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
                 result.duration_ms,
             )
             .await;
-            let mut reply = serde_json::to_value(&result)
-                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("a result as JSON: {e}")))?;
-            if let Some(fields) = reply.as_object_mut() {
-                fields.insert(
-                    "checkpoint".into(),
-                    serde_json::to_value(&taken).unwrap_or_default(),
-                );
-            }
-            return Ok(json_reply(&reply));
+            return Ok(json_reply(&WithCheckpoint {
+                result: &result,
+                checkpoint: taken,
+            }));
         }
         let (process, ..) = spawn_retrying(&inner, &name, request).await?;
         if let Some(bytes) = stdin {
