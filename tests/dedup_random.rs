@@ -45,6 +45,37 @@ pub(crate) fn manifest_ns(root: &Path) -> Vec<String> {
     out
 }
 
+/// The paths two trees (as [`manifest_ns`] lists them) differ by, sorted,
+/// leaving out times and link counts as a generation's index and its diff
+/// do (a link elsewhere changes a file's count).
+pub(crate) fn paths_differing(older: &[String], newer: &[String]) -> Vec<String> {
+    let strip = |lines: &[String]| -> std::collections::BTreeMap<String, String> {
+        lines
+            .iter()
+            .skip(1)
+            .map(|l| {
+                let parts: Vec<&str> = l.split('|').collect();
+                let rest = match parts[0] {
+                    "F" => format!("F|{}|{}|{}", parts[2], parts[3], parts[6]),
+                    "D" => format!("D|{}", parts[2]),
+                    _ => l.clone(),
+                };
+                (parts[1].to_string(), rest)
+            })
+            .collect()
+    };
+    let (older, newer) = (strip(older), strip(newer));
+    let mut paths: Vec<String> = older
+        .keys()
+        .chain(newer.keys())
+        .filter(|k| older.get(*k) != newer.get(*k))
+        .cloned()
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
 /// One random edit of the kinds a files cache can get wrong, as a shell
 /// script run in the workspace.
 pub(crate) fn random_edit(rng: &mut impl rand::Rng, step: usize) -> String {
@@ -79,7 +110,7 @@ pub(crate) fn random_edit(rng: &mut impl rand::Rng, step: usize) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn random_edits_between_cached_stops_restore_every_generation_exactly() {
     use rand::{Rng, SeedableRng};
-    for seed in seeds() {
+    for seed in seeds(&[1, 2, 3]) {
         println!("files cache edits: seed {seed} (BERTH_DEDUP_SEEDS={seed} replays it)");
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let dir = tempfile::tempdir().unwrap();
@@ -162,34 +193,8 @@ async fn random_edits_between_cached_stops_restore_every_generation_exactly() {
             .resume(state.clone(), Some(spec.clone()), Default::default())
             .await
             .unwrap();
-        let strip = |lines: &[String]| -> std::collections::BTreeMap<String, String> {
-            lines
-                .iter()
-                .skip(1)
-                .map(|l| {
-                    let parts: Vec<&str> = l.split('|').collect();
-                    let path = parts[1].to_string();
-                    // Leave out the time (and the link count, which a
-                    // link elsewhere changes).
-                    let rest = match parts[0] {
-                        "F" => format!("F|{}|{}|{}", parts[2], parts[3], parts[6]),
-                        "D" => format!("D|{}", parts[2]),
-                        _ => l.clone(),
-                    };
-                    (path, rest)
-                })
-                .collect()
-        };
         for a in 1..steps {
-            let (older, newer) = (strip(&trees[a - 1]), strip(&trees[a]));
-            let mut expected: Vec<String> = older
-                .keys()
-                .chain(newer.keys())
-                .filter(|k| older.get(*k) != newer.get(*k))
-                .cloned()
-                .collect();
-            expected.sort();
-            expected.dedup();
+            let expected = paths_differing(&trees[a - 1], &trees[a]);
             let diff = sb.diff(a as u64, a as u64 + 1).await.unwrap();
             let mut got: Vec<String> = diff.paths.iter().map(|p| p.path.clone()).collect();
             got.sort();
@@ -265,7 +270,7 @@ async fn docker_random_edits_between_cached_stops_restore_every_generation() {
   elif [ -d "$p" ]; then echo "D|$p|$(stat -c '%a|%y' "$p")";
   else echo "F|$p|$(stat -c '%a|%s|%h|%y' "$p")|$(sha256sum < "$p" | cut -d' ' -f1)"; fi
 done"#;
-    let seed = seeds()[0];
+    let seed = seeds(&[1, 2, 3])[0];
     println!("docker files cache edits: seed {seed} (BERTH_DEDUP_SEEDS={seed} replays it)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();

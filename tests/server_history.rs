@@ -3,17 +3,8 @@
 //! rewinds over the API — and a rewind made behind the server's back.
 
 use super::*;
-use crate::dedup::random::{manifest_ns, random_edit};
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("BERTH_DEDUP_SEEDS") {
-        Ok(s) => s
-            .split(',')
-            .map(|x| x.trim().parse().expect("BERTH_DEDUP_SEEDS: numbers"))
-            .collect(),
-        Err(_) => vec![4, 5],
-    }
-}
+use crate::dedup::random::{manifest_ns, paths_differing, random_edit};
+use crate::dedup::seeds;
 
 /// The sandbox's workspace directory on this host (local backend).
 async fn root_of(client: &Client, name: &str) -> PathBuf {
@@ -56,7 +47,7 @@ async fn exec_checkpointed(client: &Client, name: &str, command: &str) -> Option
 #[tokio::test(flavor = "multi_thread")]
 async fn checkpoints_on_the_server_rewind_to_every_step_exactly() {
     use rand::{Rng, SeedableRng};
-    for seed in seeds() {
+    for seed in seeds(&[4, 5]) {
         println!("server checkpoints: seed {seed} (BERTH_DEDUP_SEEDS={seed} replays it)");
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let served = Served::start(&[]);
@@ -126,31 +117,8 @@ async fn checkpoints_on_the_server_rewind_to_every_step_exactly() {
 
         // Diff between neighbours: what their trees differ by (times and
         // link counts aside, as the index records them).
-        let strip = |lines: &[String]| -> std::collections::BTreeMap<String, String> {
-            lines
-                .iter()
-                .skip(1)
-                .map(|l| {
-                    let parts: Vec<&str> = l.split('|').collect();
-                    let rest = match parts[0] {
-                        "F" => format!("F|{}|{}|{}", parts[2], parts[3], parts[6]),
-                        "D" => format!("D|{}", parts[2]),
-                        _ => l.clone(),
-                    };
-                    (parts[1].to_string(), rest)
-                })
-                .collect()
-        };
         for pair in steps.windows(2) {
-            let (older, newer) = (strip(&pair[0].1), strip(&pair[1].1));
-            let mut expected: Vec<String> = older
-                .keys()
-                .chain(newer.keys())
-                .filter(|k| older.get(*k) != newer.get(*k))
-                .cloned()
-                .collect();
-            expected.sort();
-            expected.dedup();
+            let expected = paths_differing(&pair[0].1, &pair[1].1);
             let diff = client
                 .get(&format!(
                     "/v1/sandboxes/c/diff?from={}&to={}",

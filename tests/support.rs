@@ -325,6 +325,14 @@ pub async fn resume_from_json(
         .unwrap()
 }
 
+/// A loopback TCP port free when asked (for a server a test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding a loopback port")
+}
+
 /// The workspace directory of a local sandbox's state.
 pub fn local_root(state: &berth::sandbox::SandboxState) -> PathBuf {
     assert_eq!(state.backend.kind, berth::backend::local::KIND);

@@ -20,10 +20,7 @@ struct TlsFront {
 
 impl TlsFront {
     fn start(swarm: &Swarm, node: &str, server_certs: &Path) -> TlsFront {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap()
-            .port();
+        let port = berth_tests::free_port();
         // stunnel, not socat: socat's OpenSSL server refuses the session
         // resumption rustls clients attempt ("session id context
         // uninitialized").
