@@ -19,6 +19,9 @@ pub(crate) struct OpenSandbox {
     pub(crate) sandbox: tokio::sync::RwLock<Sandbox>,
     /// The state file's text when it was last opened or written here.
     seen: Mutex<String>,
+    /// Whether it was created to checkpoint after every command (a
+    /// change of the state file opens it afresh, so this stays true).
+    pub(crate) checkpoint_each_exec: bool,
 }
 
 /// The open sandboxes, by name.
@@ -103,6 +106,7 @@ impl OpenSandboxes {
         Ok(OpenSandbox {
             sandbox: tokio::sync::RwLock::new(sandbox),
             seen: Mutex::new(seen),
+            checkpoint_each_exec: record.checkpoint_each_exec,
         })
     }
 

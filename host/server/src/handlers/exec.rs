@@ -17,6 +17,7 @@ use http_body_util::BodyExt;
 use super::history;
 use crate::api::{self, ExecLine};
 use crate::http::{json_reply, read_json, stream_reply, ApiError, BoxError, Reply};
+use crate::open::OpenSandbox;
 use crate::route::Call;
 use crate::Inner;
 
@@ -209,19 +210,18 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
             .transpose()
             .map_err(|e| ApiError::bad_request(format!("`stdin` is not base64: {e}")))?;
         let timeout = Duration::from_millis(body.timeout_ms.unwrap_or(600_000));
-        let checkpoint = body
-            .checkpoint
-            .unwrap_or_else(|| {
-                inner
-                    .open
-                    .named()
-                    .load(&name)
-                    .is_ok_and(|r| r.checkpoint_each_exec)
-            })
-            .then(|| CheckpointAfter {
-                command: body.command.clone(),
-                started: SystemTime::now(),
-            });
+        // When the command started (its checkpoint's note says so).
+        let started = SystemTime::now();
+        // Whether to checkpoint after it: as asked, else as the sandbox
+        // was created (known to its open sandbox, not read per command).
+        let checkpoint_after = |open: &OpenSandbox| {
+            body.checkpoint
+                .unwrap_or(open.checkpoint_each_exec)
+                .then(|| CheckpointAfter {
+                    command: body.command.clone(),
+                    started,
+                })
+        };
         let mut request = ExecRequest::new(body.command.clone(), timeout);
         request.env.extend(body.env.clone());
         if body.stdout_cap.is_some() || body.stderr_cap.is_some() {
@@ -245,7 +245,9 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
             });
         }
         if !body.stream {
-            let (process, out, err, tail) = spawn_retrying(&inner, &name, request).await?;
+            let (out, err, tail) = (request.stdout_cap, request.stderr_cap, request.tail_kept);
+            let (process, open) = spawn_retrying(&inner, &name, request).await?;
+            let checkpoint = checkpoint_after(&open);
             let result = match stdin {
                 Some(bytes) => {
                     process
@@ -278,7 +280,8 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
                 checkpoint: taken,
             }));
         }
-        let (process, ..) = spawn_retrying(&inner, &name, request).await?;
+        let (process, open) = spawn_retrying(&inner, &name, request).await?;
+        let checkpoint = checkpoint_after(&open);
         if let Some(bytes) = stdin {
             feed(&process, Bytes::from(bytes));
         }
@@ -311,19 +314,18 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
 /// Spawns `request` on `name`'s open sandbox. A spawn that fails on an
 /// open sandbox (its container went away since) is tried once more on a
 /// freshly attached one: nothing ran, so nothing runs twice. Returns the
-/// process and the request's caps.
+/// process and the open sandbox it runs on.
 async fn spawn_retrying(
     inner: &Arc<Inner>,
     name: &str,
     request: ExecRequest,
-) -> Result<(ExecProcess, usize, usize, usize), ApiError> {
-    let caps = (request.stdout_cap, request.stderr_cap, request.tail_kept);
+) -> Result<(ExecProcess, Arc<OpenSandbox>), ApiError> {
     let mut last = None;
     for attempt in 0..2 {
         let open = inner.open.get(name).await?;
         let spawned = open.sandbox.read().await.exec_stream(request.clone()).await;
         match spawned {
-            Ok(process) => return Ok((process, caps.0, caps.1, caps.2)),
+            Ok(process) => return Ok((process, open)),
             Err(e @ berth::SandboxError::Backend(_)) if attempt == 0 => {
                 tracing::info!(
                     sandbox = name,
