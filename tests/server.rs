@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use berth_server::ExecLine;
-use berth_tests::{berth_bin, berth_in, berth_ok, docker_or_skip, repo_root, test_image};
+use berth_tests::{
+    berth_bin, berth_in, berth_ok, docker_or_skip, free_port, repo_root, test_image,
+};
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -25,29 +27,51 @@ struct Served {
     child: Child,
     /// The token file's directory, for a server on TCP.
     _token_dir: Option<tempfile::TempDir>,
+    /// The flags it was started with.
+    args: Vec<String>,
 }
 
 impl Served {
     fn start(extra: &[&str]) -> Served {
         let home = tempfile::tempdir().unwrap();
         let socket = home.path().join("berth.sock");
-        let child = Command::new(berth_bin())
-            .env("BERTH_HOME", home.path())
-            .env("RUST_LOG", "berth=info")
-            .arg("serve")
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(home.path().join("serve.log")).unwrap())
-            .spawn()
-            .unwrap();
+        let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        let child = Self::spawn(home.path(), &args);
         wait_for_socket(&socket);
         Served {
             home,
             socket,
             child,
             _token_dir: None,
+            args,
         }
+    }
+
+    fn spawn(home: &Path, args: &[String]) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(home.join("serve.log"))
+            .unwrap();
+        Command::new(berth_bin())
+            .env("BERTH_HOME", home)
+            .env("RUST_LOG", "berth=info")
+            .arg("serve")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    /// SIGKILLs the server wherever it is, then starts another on the same
+    /// home with the same flags.
+    fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(self.home.path(), &self.args);
+        wait_for_socket(&self.socket);
     }
 
     /// A server that also listens on loopback TCP, on a free port it
@@ -230,14 +254,6 @@ fn collect(lines: &[ExecLine]) -> (Vec<u8>, Vec<u8>, Option<i32>) {
         }
     }
     (out, err, code)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The socket is 0600; TCP needs the bearer token (none, a wrong one and a

@@ -275,3 +275,152 @@ async fn a_checkpoint_without_generations_is_refused_clearly() {
     let history = client.get("/v1/sandboxes/plain/history").await;
     assert_eq!(history.status, StatusCode::BAD_REQUEST);
 }
+
+/// What the workspace holds, as the crash test compares it.
+const LISTING: &str = "sha256sum big.bin marker keep/*";
+
+/// A collected exec through the API that must exit 0; its stdout.
+async fn exec_ok(client: &Client, name: &str, command: &str) -> String {
+    let reply = client
+        .post(
+            &format!("/v1/sandboxes/{name}/exec"),
+            serde_json::json!({ "command": command, "checkpoint": false }),
+        )
+        .await
+        .ok()
+        .json();
+    assert_eq!(reply["exit_code"], 0, "{command}: {reply:#}");
+    reply["stdout"].as_str().unwrap().to_string()
+}
+
+/// The server SIGKILLed at random points of a checkpoint (seeded;
+/// `BERTH_CRASH_SEED` replays): every time, the server that starts next
+/// reads the sandbox, its history's newest generation restores whole (a
+/// fork of it) to either the workspace of the last checkpoint that
+/// answered or that of the one killed — never a mix — and checkpoints go
+/// on afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_killed_mid_checkpoint_leaves_the_old_or_the_new_generation_whole() {
+    const TRIALS: u32 = 10;
+    let seed = std::env::var("BERTH_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| u64::from(std::process::id()) * 2654435761);
+    println!("server crash mid-checkpoint: seed {seed} (BERTH_CRASH_SEED to reproduce)");
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+    let mut served = Served::start(&[]);
+    let manifest = berth_tests::fs_store_manifest(served.home(), &served.home().join("store"));
+    let client = served.client();
+    client
+        .post(
+            "/v1/sandboxes",
+            serde_json::json!({
+                "name": "k",
+                "snapshot": format!("remote:{}", manifest.display()),
+                "dedup_keep": 50,
+            }),
+        )
+        .await
+        .ok();
+    exec_ok(
+        &client,
+        "k",
+        "head -c 33554432 /dev/urandom > big.bin && echo 0 > marker && mkdir keep \
+         && for i in $(seq 1 40); do head -c 20000 /dev/urandom > keep/f$i; done",
+    )
+    .await;
+    let started = Instant::now();
+    client
+        .post("/v1/sandboxes/k/checkpoint", serde_json::json!({}))
+        .await
+        .ok();
+    let checkpoint_time = started.elapsed();
+    let mut committed = exec_ok(&client, "k", LISTING).await;
+    let (mut killed, mut answered) = (0, 0);
+    for trial in 1..=TRIALS {
+        exec_ok(
+            &client,
+            "k",
+            &format!(
+                "echo {trial} > marker && dd if=/dev/urandom of=big.bin bs=1048576 count=1 seek={} conv=notrunc 2>/dev/null \
+                 && head -c 20000 /dev/urandom > keep/f{trial}",
+                trial % 32
+            ),
+        )
+        .await;
+        let attempted = exec_ok(&client, "k", LISTING).await;
+        let spread = checkpoint_time.as_micros() as u64 * 3 / 2;
+        let delay = Duration::from_micros(rand::Rng::gen_range(&mut rng, 0..=spread));
+        let asker = client.clone();
+        let checkpoint = tokio::spawn(async move {
+            asker
+                .send_raw(
+                    Method::POST,
+                    "/v1/sandboxes/k/checkpoint",
+                    &[],
+                    full(r#"{"message":"killed?"}"#),
+                )
+                .await
+                .map(|r| r.status())
+        });
+        tokio::time::sleep(delay).await;
+        served.kill_and_restart();
+        match checkpoint.await.unwrap() {
+            Ok(status) if status.is_success() => answered += 1,
+            _ => killed += 1,
+        }
+        // The next server reads the sandbox and lists its history.
+        let history = client.get("/v1/sandboxes/k/history").await.ok().json();
+        let newest = history["generations"]
+            .as_array()
+            .and_then(|g| g.last())
+            .and_then(|g| g["number"].as_u64())
+            .unwrap_or_else(|| panic!("trial {trial}: no generations: {history:#}"));
+        client
+            .post(
+                "/v1/sandboxes/k/fork",
+                serde_json::json!({ "name": "check", "generation": newest }),
+            )
+            .await
+            .ok();
+        let restored = exec_ok(&client, "check", LISTING).await;
+        client
+            .send(Method::DELETE, "/v1/sandboxes/check", full(Bytes::new()))
+            .await
+            .ok();
+        assert!(
+            restored == committed || restored == attempted,
+            "trial {trial} (delay {delay:?}): generation {newest} is neither the last \
+             checkpoint that answered nor the one killed:\n{restored}\ncommitted:\n{committed}\nattempted:\n{attempted}"
+        );
+        // The live workspace is untouched by the kill.
+        assert_eq!(exec_ok(&client, "k", LISTING).await, attempted);
+        committed = restored;
+    }
+    println!(
+        "{TRIALS} trials, a checkpoint takes {checkpoint_time:?}: {killed} killed, {answered} answered first"
+    );
+    assert!(
+        killed > 0,
+        "no kill landed before a checkpoint answered: nothing here tested a torn checkpoint"
+    );
+    // Checkpoints go on: a new one restores to the workspace now.
+    let now = exec_ok(&client, "k", LISTING).await;
+    let after = client
+        .post(
+            "/v1/sandboxes/k/checkpoint",
+            serde_json::json!({ "message": "after the crashes" }),
+        )
+        .await
+        .ok()
+        .json();
+    let generation = after["generation"].as_u64().unwrap();
+    client
+        .post(
+            "/v1/sandboxes/k/fork",
+            serde_json::json!({ "name": "last", "generation": generation }),
+        )
+        .await
+        .ok();
+    assert_eq!(exec_ok(&client, "last", LISTING).await, now);
+}
