@@ -1,6 +1,7 @@
-//! The README's API section — the server, `curl`, the Python client and
-//! the Agents SDK example — run as printed, in order, in one shell from the
-//! repository root, against the real Docker engine.
+//! The README's API section — the server, `curl`, the Python and
+//! TypeScript clients and the Agents SDK example — run as printed, in
+//! order, in one shell from the repository root, against the real Docker
+//! engine.
 
 use std::process::Command;
 
@@ -8,9 +9,10 @@ use berth_tests::{berth_bin, docker_or_skip, docker_required, repo_root, skipped
 
 /// The section's blocks as one bash script: `sh` blocks as they are,
 /// `python` blocks fed to `python3` (or to the interpreter their first
-/// line names as a comment). Two lines are not run as written: the build
-/// of the CLI (this test's build did it; running it could rebuild the
-/// binary other tests use) and the download of the pinned Agents SDK
+/// line names as a comment), `js` blocks to `node` as an ES module. Two
+/// lines are not run as written: the build of the CLI (this test's build
+/// did it; running it could rebuild the binary other tests use) and the
+/// download of the pinned Agents SDK
 /// (`cargo xtask setup` installed the same version into
 /// `target/py-agents`): the fresh venv sees that one's packages through a
 /// `.pth` file, and the package is installed into it without its
@@ -28,7 +30,8 @@ fn section_script(readme: &str) -> (String, usize) {
     while let Some(line) = lines.next() {
         let fence = line.trim_start();
         let python = fence == "```python";
-        if fence != "```sh" && !python {
+        let node = fence == "```js";
+        if fence != "```sh" && !python && !node {
             continue;
         }
         blocks += 1;
@@ -36,6 +39,17 @@ fn section_script(readme: &str) -> (String, usize) {
             .by_ref()
             .take_while(|l| l.trim_start() != "```")
             .collect();
+        if node {
+            // An ES module from stdin resolves packages from the shell's
+            // directory, where the section installed them.
+            script.push_str("node --input-type=module - <<'NODE'\n");
+            for l in &body {
+                script.push_str(l);
+                script.push('\n');
+            }
+            script.push_str("NODE\n");
+            continue;
+        }
         if python {
             let interpreter = body
                 .first()
@@ -82,7 +96,7 @@ async fn readme_api_section_runs_as_printed() {
     }
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
     let (script, blocks) = section_script(&readme);
-    assert!(blocks >= 6, "{blocks} blocks found:\n{script}");
+    assert!(blocks >= 8, "{blocks} blocks found:\n{script}");
     assert!(
         script.contains("agents-venv/bin/python - <<'PYTHON'"),
         "{script}"
@@ -111,7 +125,12 @@ async fn readme_api_section_runs_as_printed() {
         out.status.success(),
         "the README's API section failed as printed:\n{script}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     );
-    for expected in ["step 3", "hello\\n", "stopped the berth server"] {
+    for expected in [
+        "step 3",
+        "node step 3",
+        "hello\\n",
+        "stopped the berth server",
+    ] {
         assert!(stdout.contains(expected), "{expected:?} not in:\n{stdout}");
     }
     let left: Vec<_> = std::fs::read_dir(home.path().join("sandboxes"))

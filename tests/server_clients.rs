@@ -138,3 +138,157 @@ async fn the_agents_sdk_provider_persists_and_resumes_in_a_fresh_process() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Runs `program` with `args` in `dir`; its stdout, or the test fails with
+/// what it printed.
+fn run_in(dir: &Path, program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (Node.js and npm are needed)"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} in {}: {}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A fresh Node project in `dir/run` with the TypeScript client installed
+/// as a user installs it: built and packed from (a copy of) the tree
+/// (`npm ci && npm pack` in `host/typescript`), the tarball installed
+/// beside TypeScript, and the client's tests compiled there against the
+/// installed package's types. Returns the project and its compiled tests.
+fn installed_ts_client(dir: &Path) -> (PathBuf, PathBuf) {
+    const NPM_QUIET: [&str; 3] = ["--no-audit", "--no-fund", "--prefer-offline"];
+    let source = dir.join("src");
+    let from = repo_root().join("host/typescript");
+    std::fs::create_dir_all(&source).unwrap();
+    for name in [
+        "package.json",
+        "package-lock.json",
+        "tsconfig.json",
+        "README.md",
+    ] {
+        std::fs::copy(from.join(name), source.join(name)).unwrap();
+    }
+    copy_tree(&from.join("src"), &source.join("src"));
+    run_in(&source, "npm", &[&["ci"][..], &NPM_QUIET].concat());
+    // `npm pack` runs the package's `prepack`: tsc, strict.
+    let packed = run_in(
+        &source,
+        "npm",
+        &[
+            "pack",
+            "--silent",
+            "--pack-destination",
+            dir.to_str().unwrap(),
+        ],
+    );
+    let tarball = dir.join(packed.lines().last().unwrap().trim());
+    assert!(tarball.exists(), "npm pack made no {}", tarball.display());
+
+    let run = dir.join("run");
+    std::fs::create_dir_all(run.join("test")).unwrap();
+    std::fs::write(
+        run.join("package.json"),
+        r#"{ "name": "berth-client-user", "private": true }"#,
+    )
+    .unwrap();
+    std::fs::write(
+        run.join("tsconfig.json"),
+        r#"{ "compilerOptions": { "target": "ES2022", "lib": ["ES2022"], "module": "commonjs",
+             "types": ["node"], "strict": true, "esModuleInterop": true,
+             "rootDir": "test", "outDir": "out" }, "include": ["test"] }"#,
+    )
+    .unwrap();
+    std::fs::copy(
+        from.join("test/client.test.ts"),
+        run.join("test/client.test.ts"),
+    )
+    .unwrap();
+    let lock: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(from.join("package-lock.json")).unwrap()).unwrap();
+    let pinned = |name: &str| {
+        let version = lock["packages"][format!("node_modules/{name}")]["version"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} is not in host/typescript/package-lock.json"))
+            .to_string();
+        format!("{name}@{version}")
+    };
+    let (typescript, node_types) = (pinned("typescript"), pinned("@types/node"));
+    let mut install = vec![
+        "install",
+        tarball.to_str().unwrap(),
+        &typescript,
+        &node_types,
+    ];
+    install.extend(NPM_QUIET);
+    run_in(&run, "npm", &install);
+    run_in(
+        &run,
+        "node",
+        &["node_modules/typescript/bin/tsc", "-p", "."],
+    );
+    let found = run_in(
+        &run,
+        "node",
+        &["-e", "console.log(require.resolve('berth-client'))"],
+    );
+    assert!(
+        found.contains("run/node_modules/berth-client/dist/"),
+        "resolved {found}"
+    );
+    (run.clone(), run.join("out/client.test.js"))
+}
+
+/// The TypeScript client's tests (`host/typescript/test`): the Python
+/// client's scenarios against a real server with real Docker sandboxes,
+/// from a fresh Node project that installed the packed package.
+#[tokio::test]
+async fn the_typescript_client_works_against_a_real_server() {
+    let Some(_docker) = docker_or_skip("server::typescript_client").await else {
+        return;
+    };
+    let node = Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        let why = "Node.js is missing: the TypeScript client needs Node 18 or newer and npm";
+        assert!(!berth_tests::docker_required(), "{why}");
+        berth_tests::skipped("server::typescript_client", why);
+        return;
+    }
+    let _shared = berth_tests::DOCKERD.read().await;
+    let token = "0123456789abcdef0123456789abcdef";
+    let (served, port) = Served::start_on_tcp(token, &["--max-file", "8MiB"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (run, tests) = installed_ts_client(dir.path());
+    let store = berth_tests::fs_store_manifest(dir.path(), &dir.path().join("store"));
+    let out = Command::new("node")
+        .current_dir(&run)
+        .env("BERTH_TEST_STORE_MANIFEST", &store)
+        .env("BERTH_SOCKET", &served.socket)
+        .env("BERTH_TCP_URL", format!("http://127.0.0.1:{port}"))
+        .env("BERTH_TOKEN", token)
+        .env("BERTH_MAX_FILE", (8 << 20).to_string())
+        .env("BERTH_TEST_IMAGE", test_image())
+        .env("BERTH_HOME", served.home())
+        .args(["--test", "--test-reporter=spec"])
+        .arg(&tests)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every suite ran: none skipped for want of the TCP server or store
+    // (the spec reporter marks a skipped suite or test with `﹣`; its
+    // `skipped` count leaves suites out).
+    assert!(stdout.contains("ℹ fail 0"), "{stdout}");
+    assert!(!stdout.contains('﹣'), "{stdout}");
+    assert!(!stdout.contains("ℹ tests 0"), "{stdout}");
+}

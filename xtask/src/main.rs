@@ -18,6 +18,7 @@ mod garage;
 mod guests;
 mod layering;
 mod lint;
+mod node;
 mod process;
 mod python;
 mod swarm;
@@ -141,6 +142,15 @@ fn setup(root: &Path) -> Result<()> {
             ))
         }
         Err(e) => eprintln!("xtask: warning: no Agents SDK venv ({e:#}); its test will be skipped"),
+    }
+    match node::node_setup(root) {
+        Ok(()) => {}
+        Err(e) if docker_required() => {
+            return Err(e.context(
+                "Node.js and npm are required for the TypeScript client's tests (CI or BERTH_REQUIRE_DOCKER is set)",
+            ))
+        }
+        Err(e) => eprintln!("xtask: warning: {e:#}; the TypeScript client's test will be skipped"),
     }
     match garage_setup() {
         Ok(()) => {}

@@ -80,6 +80,34 @@ fn python(socket: &Path, script: &str) -> anyhow::Result<String> {
         .args(["-c", script]))
 }
 
+/// Runs a Node snippet (CommonJS) with the TypeScript client built
+/// (`npm ci && npm run build` in `host/typescript` when its `dist` is
+/// missing) and the
+/// server's socket set; its stdout. The snippet finds the client as
+/// `CLIENT`.
+fn node(socket: &Path, script: &str) -> anyhow::Result<String> {
+    let package = std::env::current_dir()?.join("host/typescript");
+    if !package.join("dist/index.js").exists() {
+        ok(Command::new("npm").current_dir(&package).args([
+            "ci",
+            "--no-audit",
+            "--no-fund",
+            "--prefer-offline",
+        ]))?;
+        ok(Command::new("npm")
+            .current_dir(&package)
+            .args(["run", "build"]))?;
+    }
+    let client = package.join("dist/index.js");
+    ok(Command::new("node").env("BERTH_SOCKET", socket).args([
+        "-e",
+        &format!(
+            "const CLIENT = {:?};\n{script}",
+            client.display().to_string()
+        ),
+    ]))
+}
+
 pub(super) async fn server_rows(image: &str, quick: bool) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     let home_dir = tempfile::Builder::new()
@@ -261,6 +289,53 @@ print(n, time.perf_counter() - t)
         value: format!("{ob:.0} MB/s"),
         baseline: format!("docker exec > file {tb:.0} MB/s"),
         ratio: Some(ob / tb),
+    });
+
+    // The same through the TypeScript client, in Node.
+    let script = format!(
+        r#"
+const {{ Berth }} = require(CLIENT);
+(async () => {{
+  const b = new Berth().sandbox("b");
+  await b.exec("true");
+  const trips = [];
+  for (let i = 0; i < {n}; i++) {{
+    const t = performance.now(); await b.exec("true"); trips.push(performance.now() - t);
+  }}
+  trips.sort((x, y) => x - y);
+  let got = 0; const t = performance.now();
+  for await (const e of b.execStream("head -c {mib}m /dev/zero")) if (e.type === "stdout") got += e.data.length;
+  console.log(trips[Math.floor(trips.length / 2)] / 1e3, got, (performance.now() - t) / 1e3);
+}})().catch((e) => {{ console.error(e); process.exit(1); }});
+"#
+    );
+    let out = node(socket, &script)?;
+    let parts: Vec<f64> = out
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let [trip, got, secs] = parts[..] else {
+        anyhow::bail!("the Node client printed {out:?}");
+    };
+    anyhow::ensure!(
+        got as u64 == mib << 20,
+        "the Node client read {got} of {} bytes",
+        mib << 20
+    );
+    rows.push(Row {
+        group: "server",
+        name: "Node client exec true round trip".into(),
+        value: format!("{:.2} ms", trip * 1e3),
+        baseline: format!("docker exec {:.1} ms", d * 1e3),
+        ratio: Some(trip / d),
+    });
+    let on = mbps(got as u64, secs);
+    rows.push(Row {
+        group: "server",
+        name: format!("{mib} MiB stdout through the API, Node client (higher is better)"),
+        value: format!("{on:.0} MB/s"),
+        baseline: format!("docker exec > file {tb:.0} MB/s"),
+        ratio: Some(on / tb),
     });
 
     // Ten sandboxes open on the server.
