@@ -31,6 +31,7 @@ from .sandbox import (
     BerthSandboxClientOptions,
     BerthSandboxSession,
     BerthSandboxSessionState,
+    BerthSecret,
 )
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "BerthSandboxClientOptions",
     "BerthSandboxSession",
     "BerthSandboxSessionState",
+    "BerthSecret",
 ]

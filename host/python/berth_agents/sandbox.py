@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Optional
 
+from agents.sandbox._mount_security import redact_mount_error_data
 from agents.sandbox.errors import (
     ExecTimeoutError,
     ExecTransportError,
@@ -104,7 +105,10 @@ BerthSandboxClientOptions.model_rebuild()
 
 class BerthSandboxSessionState(SandboxSessionState):
     """What a session needs to come back: the Berth sandbox's name (Berth
-    keeps the rest: its container, engine and snapshot)."""
+    keeps the rest: its container, engine and snapshot) — and what made it,
+    so a sandbox the SDK deleted (as its runner does when a run pauses for
+    approval) is made again on resume. Secrets are kept by name and hosts
+    only: their values never enter the SDK's serialised state."""
 
     type: Literal["berth"] = "berth"
     sandbox_name: str
@@ -112,6 +116,8 @@ class BerthSandboxSessionState(SandboxSessionState):
     image: Optional[str] = None
     berth_snapshot: str = "local"
     base_env: dict[str, str] = Field(default_factory=dict)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    secret_hosts: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
 
 @dataclass
@@ -482,11 +488,18 @@ class BerthSandboxClient(BaseSandboxClient[BerthSandboxClientOptions]):
         *,
         instrumentation: Instrumentation | None = None,
         dependencies: Dependencies | None = None,
+        secrets: Optional[dict[str, "BerthSecret"]] = None,
     ) -> None:
+        """``secrets`` gives the values of secrets a resumed session's
+        sandbox needs when it must be made again (the session state keeps
+        only their names and hosts); by default those given at create by
+        this client."""
         self.berth = berth or Berth()
         self._instrumentation = instrumentation if instrumentation is not None else Instrumentation()
         self._dependencies = dependencies
+        self._secrets: dict[str, BerthSecret] = dict(secrets or {})
 
+    @redact_mount_error_data
     async def create(
         self,
         *,
@@ -502,34 +515,18 @@ class BerthSandboxClient(BaseSandboxClient[BerthSandboxClientOptions]):
             raise ValueError("BerthSandboxClientOptions needs `image` for the docker backend")
         session_id = uuid.uuid4()
         name = options.name or f"agents-{session_id.hex[:12]}"
-        extra: dict[str, Any] = {}
+        settings: dict[str, Any] = {}
         for key in ("network", "memory", "cpus"):
             value = getattr(options, key)
             if value is not None:
-                extra[key] = value
+                settings[key] = value
         if options.exposed_ports:
-            extra["expose"] = [str(p) for p in options.exposed_ports]
+            settings["expose"] = [str(p) for p in options.exposed_ports]
         if options.allow_hosts is not None or options.deny_hosts or options.allow_cidrs:
-            extra["allow_hosts"] = list(options.allow_hosts or ())
-            extra["deny_hosts"] = list(options.deny_hosts)
-            extra["allow_cidrs"] = list(options.allow_cidrs)
-            if options.secrets:
-                extra["secrets"] = {
-                    key: {"value": secret.value.get_secret_value(), "hosts": list(secret.hosts)}
-                    for key, secret in options.secrets.items()
-                }
-        # The SDK materialises its manifest itself: the Berth workspace is
-        # only its root, which Berth makes, keeps and snapshots.
-        await _run(
-            self.berth.create,
-            name,
-            backend=options.backend,
-            image=options.image,
-            workspace={"root": manifest.root, "environment": dict(options.env), "entries": {}},
-            snapshot=options.snapshot,
-            start=True,
-            **extra,
-        )
+            settings["allow_hosts"] = list(options.allow_hosts or ())
+            settings["deny_hosts"] = list(options.deny_hosts)
+            settings["allow_cidrs"] = list(options.allow_cidrs)
+        self._secrets.update(options.secrets)
         state = BerthSandboxSessionState(
             session_id=session_id,
             manifest=manifest,
@@ -540,10 +537,42 @@ class BerthSandboxClient(BaseSandboxClient[BerthSandboxClientOptions]):
             berth_snapshot=options.snapshot,
             base_env=dict(options.env),
             exposed_ports=options.exposed_ports,
+            settings=settings,
+            secret_hosts={key: tuple(secret.hosts) for key, secret in options.secrets.items()},
         )
+        await self._make(state)
         inner = BerthSandboxSession.from_state(state, berth=self.berth)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
 
+    async def _make(self, state: BerthSandboxSessionState) -> None:
+        """Creates and starts the Berth sandbox ``state`` describes."""
+        settings = dict(state.settings)
+        if state.secret_hosts:
+            missing = sorted(set(state.secret_hosts) - set(self._secrets))
+            if missing:
+                raise ValueError(
+                    f"sandbox {state.sandbox_name!r} must be made again, and the session state does not "
+                    f"keep secret values: give {', '.join(missing)} as "
+                    "BerthSandboxClient(secrets={name: BerthSecret(value=..., hosts=[...])})"
+                )
+            settings["secrets"] = {
+                key: {"value": self._secrets[key].value.get_secret_value(), "hosts": list(hosts)}
+                for key, hosts in state.secret_hosts.items()
+            }
+        # The SDK materialises its manifest itself: the Berth workspace is
+        # only its root, which Berth makes, keeps and snapshots.
+        await _run(
+            self.berth.create,
+            state.sandbox_name,
+            backend=state.backend,
+            image=state.image,
+            workspace={"root": state.manifest.root, "environment": dict(state.base_env), "entries": {}},
+            snapshot=state.berth_snapshot,
+            start=True,
+            **settings,
+        )
+
+    @redact_mount_error_data
     async def delete(self, session: SandboxSession) -> SandboxSession:
         inner = session._inner
         if not isinstance(inner, BerthSandboxSession):
@@ -554,6 +583,7 @@ class BerthSandboxClient(BaseSandboxClient[BerthSandboxClientOptions]):
             pass
         return session
 
+    @redact_mount_error_data
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
         if not isinstance(state, BerthSandboxSessionState):
             raise TypeError("BerthSandboxClient.resume expects a BerthSandboxSessionState")
@@ -561,9 +591,15 @@ class BerthSandboxClient(BaseSandboxClient[BerthSandboxClientOptions]):
         box = self.berth.sandbox(state.sandbox_name)
         # Berth brings the sandbox back: reconnects a running container,
         # restarts a stopped one, re-creates a removed one and restores its
-        # workspace from Berth's snapshot.
-        started = await _run(box.start)
-        preserved = started.get("kind") in ("reused", "attached", "restored")
+        # workspace from Berth's snapshot. A sandbox the SDK deleted is made
+        # again from the state, empty: the SDK restores its own snapshot
+        # into it, as it does for its Docker provider.
+        try:
+            started = await _run(box.start)
+            preserved = started.get("kind") in ("reused", "attached", "restored")
+        except NotFound:
+            await self._make(state)
+            preserved = False
         if not preserved:
             state.workspace_root_ready = False
         inner = BerthSandboxSession.from_state(state, berth=self.berth)
@@ -579,4 +615,5 @@ __all__ = [
     "BerthSandboxClientOptions",
     "BerthSandboxSession",
     "BerthSandboxSessionState",
+    "BerthSecret",
 ]

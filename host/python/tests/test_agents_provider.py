@@ -8,6 +8,7 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,8 @@ from agents.sandbox.capabilities.tools.shell_tool import ExecCommandArgs, ExecCo
 from agents.sandbox.entries import Dir, File
 from agents.sandbox.errors import InvalidManifestPathError, WorkspaceReadNotFoundError
 
-from berth_agents import BerthSandboxClient, BerthSandboxClientOptions
+from berth_agents import BerthSandboxClient, BerthSandboxClientOptions, BerthSecret
+from berth_client import NotFound
 
 from tests import find_key
 
@@ -149,6 +151,107 @@ class AgentsProviderTest(unittest.TestCase):
         self.assertEqual(bytes.fromhex(files["notes/todo.txt"]), b"first, patched\n")
         self.assertEqual(bytes.fromhex(files["hello.txt"]).rstrip(b"\n"), b"hello from a patch")
         self.assertEqual(bytes.fromhex(files["blob.bin"]), blob)
+
+
+class AgentsProviderLikeTheSdksTest(unittest.TestCase):
+    """Where the SDK's own providers set the behaviour: a sandbox the
+    SDK's runner deleted (as it does when a run pauses for approval) comes
+    back on resume, and a refused mount's error is redacted."""
+
+    def test_a_resume_after_the_sdk_deleted_the_sandbox_makes_it_again(self):
+        asyncio.run(self._deleted_then_resumed())
+
+    async def _deleted_then_resumed(self):
+        from agents.sandbox.snapshot import LocalSnapshotSpec
+
+        client = BerthSandboxClient()
+        manifest = Manifest(root="/workspace", entries={"README.md": File(content=b"# task\n")})
+        # The SDK's own snapshot (its runner's default is a local one):
+        # what it restores into the sandbox made again.
+        snapshots = tempfile.mkdtemp(prefix="berth-sdk-snapshots-")
+        self.addCleanup(shutil.rmtree, snapshots, True)
+        session = await client.create(
+            manifest=manifest,
+            snapshot=LocalSnapshotSpec(base_path=Path(snapshots)),
+            options=BerthSandboxClientOptions(image=IMAGE),
+        )
+        await session.start()
+        await session.write(Path("/workspace/work.txt"), io.BytesIO(b"done before the pause\n"))
+        await session.stop()
+        saved = client.serialize_session_state(session.state)
+        name = session.state.sandbox_name
+        await client.delete(session)
+        with self.assertRaises(NotFound):
+            client.berth.sandbox(name).inspect()
+
+        session = await client.resume(client.deserialize_session_state(saved))
+        async with session:
+            self.assertEqual(await _read(session, Path("/workspace/README.md")), b"# task\n")
+            self.assertEqual(await _read(session, Path("/workspace/work.txt")), b"done before the pause\n")
+        self.assertIn(name, [s["name"] for s in client.berth.sandboxes()])
+        await client.delete(session)
+
+    def test_a_deleted_sandbox_with_secrets_needs_their_values_to_come_back(self):
+        asyncio.run(self._secrets_on_resume())
+
+    async def _secrets_on_resume(self):
+        value = "sk-agents-" + os.urandom(8).hex()
+        secrets = {"API_KEY": BerthSecret(value=value, hosts=("api.pkg.test",))}
+        options = BerthSandboxClientOptions(image=IMAGE, allow_hosts=("api.pkg.test",), secrets=secrets)
+        client = BerthSandboxClient()
+        session = await client.create(manifest=Manifest(root="/workspace"), options=options)
+        await session.start()
+        await session.stop()
+        saved = client.serialize_session_state(session.state)
+        self.assertNotIn(value, json.dumps(saved))
+        await client.delete(session)
+
+        # A fresh client has no value to give the sandbox made again.
+        stranger = BerthSandboxClient()
+        with self.assertRaises(ValueError) as refused:
+            await stranger.resume(stranger.deserialize_session_state(saved))
+        self.assertIn("API_KEY", str(refused.exception))
+        self.assertNotIn(value, str(refused.exception))
+
+        # Given the values, it comes back holding the placeholder.
+        friend = BerthSandboxClient(secrets=secrets)
+        session = await friend.resume(friend.deserialize_session_state(saved))
+        async with session:
+            shown = (await session.exec('printf %s "$API_KEY"')).stdout.decode()
+            self.assertTrue(shown.startswith("BERTH_SECRET_API_KEY_"), shown)
+        await friend.delete(session)
+
+    def test_a_refused_mount_is_redacted_as_the_sdks_providers_do(self):
+        asyncio.run(self._refused_mount())
+
+    async def _refused_mount(self):
+        import traceback
+
+        from agents.sandbox.entries.mounts.base import DockerVolumeMountStrategy
+        from agents.sandbox.entries.mounts.providers.s3 import S3Mount
+        from agents.sandbox.errors import MountConfigError
+
+        key, secret = "AKIA" + os.urandom(6).hex().upper(), os.urandom(12).hex()
+        manifest = Manifest(
+            root="/workspace",
+            entries={
+                "data": S3Mount(
+                    bucket="bucket",
+                    access_key_id=key,
+                    secret_access_key=secret,
+                    mount_strategy=DockerVolumeMountStrategy(driver="rclone"),
+                )
+            },
+        )
+        client = BerthSandboxClient()
+        before = {s["name"] for s in client.berth.sandboxes()}
+        with self.assertRaises(MountConfigError) as refused:
+            await client.create(manifest=manifest, options=BerthSandboxClientOptions(image=IMAGE))
+        error = refused.exception
+        told = "".join(traceback.format_exception(error)) + repr(getattr(error, "context", None))
+        for leaked in (key, secret, "s3_mount", "access_key", "secret_access"):
+            self.assertNotIn(leaked, told)
+        self.assertEqual({s["name"] for s in client.berth.sandboxes()}, before)
 
 
 async def _read(session, path):
