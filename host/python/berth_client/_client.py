@@ -9,7 +9,7 @@ import socket
 import urllib.parse
 from typing import IO, Any, Iterator, Optional, Union
 
-from ._errors import _error_class
+from ._errors import BerthError, _error_class
 from ._sandbox import Sandbox
 from ._types import API, _CHUNK, ExecEvent, _event, _fast_event
 
@@ -153,6 +153,43 @@ class Berth:
     def _events(self, method: str, path: str, **kw: Any) -> Iterator[ExecEvent]:
         for line in self._lines(method, path, **kw):
             yield _fast_event(line) or _event(json.loads(line))
+
+    def _frames(self, method: str, path: str, **kw: Any) -> Iterator[ExecEvent]:
+        """Events of a stream in binary frames (``framing: "binary"``):
+        a kind byte (1 stdout, 2 stderr, 0 a JSON event), a 4-byte
+        big-endian length, the payload — output with no base64 and no JSON
+        parse."""
+        response = self._open(method, path, **kw)
+        try:
+            pending = b""
+            while True:
+                block = response.read1(1 << 20)
+                if not block:
+                    if pending:
+                        raise BerthError(502, "protocol", "the stream ended inside a frame")
+                    return
+                pending = pending + block if pending else block
+                at, end = 0, len(pending)
+                while end - at >= 5:
+                    size = int.from_bytes(pending[at + 1 : at + 5], "big")
+                    if end - at - 5 < size:
+                        break
+                    kind, body = pending[at], pending[at + 5 : at + 5 + size]
+                    at += 5 + size
+                    if kind == 1:
+                        yield ExecEvent("stdout", data=body)
+                    elif kind == 2:
+                        yield ExecEvent("stderr", data=body)
+                    elif kind == 0:
+                        yield _event(json.loads(body))
+                    else:
+                        raise BerthError(502, "protocol", f"unknown frame kind {kind}")
+                pending = pending[at:]
+        finally:
+            # Closing mid-stream stops the command (the server sees the
+            # connection go).
+            response.close()
+            response._berth_conn.close()
 
     def _lines(self, method: str, path: str, **kw: Any) -> Iterator[bytes]:
         response = self._open(method, path, **kw)

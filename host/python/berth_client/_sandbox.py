@@ -181,6 +181,7 @@ class Sandbox:
             "env": env or {},
             "stream": True,
             "interactive": interactive,
+            "framing": "binary",
         }
         if stdin is not None:
             body["stdin"] = base64.b64encode(stdin).decode()
@@ -188,7 +189,7 @@ class Sandbox:
             body["pty"] = {"rows": pty[0], "cols": pty[1]}
         if checkpoint is not None:
             body["checkpoint"] = checkpoint
-        yield from self.client._events("POST", f"{self._path}/exec", json_body=body)
+        yield from self.client._frames("POST", f"{self._path}/exec", json_body=body)
 
     def send_stdin(self, exec_id: str, data: Union[bytes, IO[bytes]], *, close: bool = True) -> int:
         """Sends bytes to an interactive exec's stdin; closes stdin after

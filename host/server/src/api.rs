@@ -277,6 +277,25 @@ pub struct ExecBody {
     /// sandbox was created with (`checkpoint: "each-exec"`).
     #[serde(default)]
     pub checkpoint: Option<bool>,
+    /// How a stream's events come (with `stream`). By default
+    /// `json-lines`: one [`ExecLine`] per line, output base64. `binary`
+    /// (`application/vnd.berth.exec-frames`) is for bulk output: each event
+    /// is a frame of one kind byte (`1` stdout, `2` stderr: the raw
+    /// bytes; `0`: any other [`ExecLine`] as JSON — `started`, `exit`,
+    /// `error`), a 4-byte big-endian length, then that many bytes.
+    #[serde(default)]
+    pub framing: Framing,
+}
+
+/// How a streamed exec's events are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Framing {
+    /// Newline-delimited JSON ([`ExecLine`]), output base64.
+    #[default]
+    JsonLines,
+    /// Binary frames: kind byte, 4-byte big-endian length, payload.
+    Binary,
 }
 
 /// A terminal's size.

@@ -229,6 +229,41 @@ export class Berth {
     }
   }
 
+  /**
+   * A request whose reply is exec events in binary frames (`framing:
+   * "binary"`): a kind byte (1 stdout, 2 stderr, 0 a JSON event), a 4-byte
+   * big-endian length, the payload — output with no base64 and no JSON
+   * parse. Leaving the loop early closes the connection, which stops the
+   * command.
+   */
+  async *frames(method: string, urlPath: string, options: RequestOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
+    const response = await this.request(method, urlPath, options);
+    try {
+      let pending: Buffer = Buffer.alloc(0);
+      for await (const chunk of response as AsyncIterable<Buffer>) {
+        const block = pending.length ? Buffer.concat([pending, chunk]) : chunk;
+        let at = 0;
+        while (block.length - at >= 5) {
+          const size = block.readUInt32BE(at + 1);
+          if (block.length - at - 5 < size) break;
+          const kind = block[at];
+          const body = block.subarray(at + 5, at + 5 + size);
+          at += 5 + size;
+          if (kind === 1) yield { type: "stdout", data: body };
+          else if (kind === 2) yield { type: "stderr", data: body };
+          else if (kind === 0) yield parseEvent(body);
+          else throw new BerthError(502, "protocol", `unknown frame kind ${kind}`);
+        }
+        pending = block.subarray(at);
+      }
+      if (pending.length) throw new BerthError(502, "protocol", "the stream ended inside a frame");
+    } catch (err) {
+      throw abortReason(err, options.signal);
+    } finally {
+      response.destroy();
+    }
+  }
+
   // -- the API ----------------------------------------------------------------
 
   /** The server's API and Berth versions. */

@@ -190,8 +190,9 @@ export class Sandbox {
     const body = execBody(command, options);
     body.stream = true;
     body.interactive = options.interactive ?? false;
+    body.framing = "binary";
     if (options.pty !== undefined) body.pty = options.pty;
-    return this.client.events("POST", `${this.path}/exec`, { json: body, signal: options.signal });
+    return this.client.frames("POST", `${this.path}/exec`, { json: body, signal: options.signal });
   }
 
   /** Sends bytes to an interactive exec's stdin; closes stdin after unless `close` is false. The bytes sent. */

@@ -105,19 +105,67 @@ pub(crate) struct CheckpointAfter {
     started: SystemTime,
 }
 
-/// A process's events as NDJSON lines, `first` before them; the stream
-/// ends after the exit (or an error line). Dropping it (the client went
-/// away) drops the process, which stops the command. With `checkpoint`
-/// (and `sandbox`), a generation is written before the exit line, which
-/// says what it wrote.
+/// The kind byte of a binary frame holding stdout.
+const FRAME_STDOUT: u8 = 1;
+/// The kind byte of a binary frame holding stderr.
+const FRAME_STDERR: u8 = 2;
+/// The kind byte of a binary frame holding an [`ExecLine`] as JSON.
+const FRAME_JSON: u8 = 0;
+
+/// One binary frame: `kind`, the payload's length (4 bytes, big-endian),
+/// the payload. Payloads are at most what one event carries (far below
+/// 4 GiB), which the length's type also bounds.
+fn frame(kind: u8, payload: &[u8]) -> Bytes {
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(5 + payload.len());
+    out.push(kind);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&payload[..len as usize]);
+    Bytes::from(out)
+}
+
+impl api::Framing {
+    /// An event as this framing writes it.
+    fn event(self, event: ExecEvent) -> Bytes {
+        match (self, event) {
+            (api::Framing::Binary, ExecEvent::Stdout(b)) => frame(FRAME_STDOUT, &b),
+            (api::Framing::Binary, ExecEvent::Stderr(b)) => frame(FRAME_STDERR, &b),
+            (_, event) => self.line(&wire(event)),
+        }
+    }
+
+    /// A wire event as this framing writes it.
+    fn line(self, event: &ExecLine) -> Bytes {
+        match self {
+            api::Framing::JsonLines => line(event),
+            api::Framing::Binary => {
+                frame(FRAME_JSON, &serde_json::to_vec(event).unwrap_or_default())
+            }
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            api::Framing::JsonLines => "application/x-ndjson",
+            api::Framing::Binary => "application/vnd.berth.exec-frames",
+        }
+    }
+}
+
+/// A process's events in `framing`, `first` before them; the stream ends
+/// after the exit (or an error event). Dropping it (the client went away)
+/// drops the process, which stops the command. With `checkpoint` (and
+/// `sandbox`), a generation is written before the exit event, which says
+/// what it wrote.
 pub(crate) fn ndjson(
+    framing: api::Framing,
     first: Option<ExecLine>,
     process: ExecProcess,
     guard: Option<Registered>,
     sandbox: Option<(Arc<Inner>, String)>,
     checkpoint: Option<CheckpointAfter>,
 ) -> Reply {
-    let head = futures::stream::iter(first.map(|l| Ok::<_, BoxError>(line(&l))));
+    let head = futures::stream::iter(first.map(|l| Ok::<_, BoxError>(framing.line(&l))));
     let events = futures::stream::unfold(Some((process, guard)), move |state| {
         let sandbox = sandbox.clone();
         let checkpoint = checkpoint.clone();
@@ -142,18 +190,21 @@ pub(crate) fn ndjson(
                             .await,
                         );
                     }
-                    Some((Ok(line(&exit)), None))
+                    Some((Ok(framing.line(&exit)), None))
                 }
-                Some(Ok(event)) => Some((Ok(line(&wire(event))), Some((process, guard)))),
+                Some(Ok(event)) => Some((Ok(framing.event(event)), Some((process, guard)))),
                 Some(Err(e)) => {
                     let mut e = ApiError::from(berth::SandboxError::from(e));
                     if let Some((inner, name)) = &sandbox {
                         e = removed_meanwhile(inner, name, e).await;
                     }
-                    Some((Ok(line(&ExecLine::Error { error: e.detail() })), None))
+                    Some((
+                        Ok(framing.line(&ExecLine::Error { error: e.detail() })),
+                        None,
+                    ))
                 }
                 None => Some((
-                    Ok(line(&ExecLine::Error {
+                    Ok(framing.line(&ExecLine::Error {
                         error: api::ErrorDetail {
                             code: "backend".into(),
                             message: "the command's output ended without its exit".into(),
@@ -164,7 +215,7 @@ pub(crate) fn ndjson(
             }
         }
     });
-    stream_reply(head.chain(events), "application/x-ndjson")
+    stream_reply(head.chain(events), framing.content_type())
 }
 
 /// How long a failed command waits for a removal under way to finish
@@ -196,6 +247,11 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
         if (body.interactive || body.pty.is_some()) && !body.stream {
             return Err(ApiError::bad_request(
                 "`interactive` and `pty` need `stream`: their output comes as it is produced",
+            ));
+        }
+        if body.framing != api::Framing::JsonLines && !body.stream {
+            return Err(ApiError::bad_request(
+                "`framing` is for `stream`: a collected result is one JSON object",
             ));
         }
         if body.interactive && body.stdin.is_some() {
@@ -293,6 +349,7 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
                 id: id.clone(),
             };
             return Ok(ndjson(
+                body.framing,
                 Some(ExecLine::Started { exec_id: id }),
                 process,
                 Some(guard),
@@ -301,6 +358,7 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
             ));
         }
         Ok(ndjson(
+            body.framing,
             None,
             process,
             None,

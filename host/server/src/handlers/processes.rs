@@ -84,7 +84,14 @@ pub(crate) fn logs(inner: Arc<Inner>, call: Call) -> Answer {
             .processes()
             .logs(call.param(1), call.flag("follow"), tail)
             .await?;
-        Ok(ndjson(None, process, None, None, None))
+        Ok(ndjson(
+            api::Framing::JsonLines,
+            None,
+            process,
+            None,
+            None,
+            None,
+        ))
     }
     .boxed()
 }
