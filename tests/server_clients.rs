@@ -61,6 +61,46 @@ fn installed_client(dir: &Path) -> (PathBuf, PathBuf) {
     (python, run)
 }
 
+/// A server on loopback TCP with a token and a small file limit (for the
+/// clients' `Unauthorized` and `TooLarge`: a limit far above what their
+/// other tests write, and far enough that the refusal comes mid-body),
+/// with an fs-store for their history tests.
+struct ClientServer {
+    served: Served,
+    port: u16,
+    store: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ClientServer {
+    const TOKEN: &'static str = "fedcba9876543210fedcba9876543210";
+    const MAX_FILE: u64 = 8 << 20;
+
+    fn start() -> ClientServer {
+        let (served, port) = Served::start_on_tcp(Self::TOKEN, &["--max-file", "8MiB"]);
+        let dir = tempfile::tempdir().unwrap();
+        let store = berth_tests::fs_store_manifest(dir.path(), &dir.path().join("store"));
+        ClientServer {
+            served,
+            port,
+            store,
+            _dir: dir,
+        }
+    }
+
+    /// `command` with the variables the clients' tests read.
+    fn env<'c>(&self, command: &'c mut Command) -> &'c mut Command {
+        command
+            .env("BERTH_TEST_STORE_MANIFEST", &self.store)
+            .env("BERTH_SOCKET", &self.served.socket)
+            .env("BERTH_TCP_URL", format!("http://127.0.0.1:{}", self.port))
+            .env("BERTH_TOKEN", Self::TOKEN)
+            .env("BERTH_MAX_FILE", Self::MAX_FILE.to_string())
+            .env("BERTH_TEST_IMAGE", test_image())
+            .env("BERTH_HOME", self.served.home())
+    }
+}
+
 /// The Python client's own tests (`host/python/tests`), against a real
 /// server with real Docker sandboxes, the client installed as a package
 /// into a fresh venv.
@@ -70,24 +110,12 @@ async fn the_python_client_works_against_a_real_server() {
         return;
     };
     let _shared = berth_tests::DOCKERD.read().await;
-    // Also on loopback TCP with a token and a small file limit, for the
-    // client's Unauthorized and TooLarge (a limit far above what the other
-    // tests write, and far enough that the refusal comes mid-body).
-    let token = "fedcba9876543210fedcba9876543210";
-    let (served, port) = Served::start_on_tcp(token, &["--max-file", "8MiB"]);
+    let server = ClientServer::start();
     let dir = tempfile::tempdir().unwrap();
     let (python, run) = installed_client(dir.path());
-    let store = berth_tests::fs_store_manifest(dir.path(), &dir.path().join("store"));
-    let out = Command::new(&python)
-        .current_dir(&run)
+    let out = server
+        .env(Command::new(&python).current_dir(&run))
         .env_remove("PYTHONPATH")
-        .env("BERTH_TEST_STORE_MANIFEST", &store)
-        .env("BERTH_SOCKET", &served.socket)
-        .env("BERTH_TCP_URL", format!("http://127.0.0.1:{port}"))
-        .env("BERTH_TOKEN", token)
-        .env("BERTH_MAX_FILE", (8 << 20).to_string())
-        .env("BERTH_TEST_IMAGE", test_image())
-        .env("BERTH_HOME", served.home())
         .args(["-m", "unittest", "-v", "tests.test_client"])
         .output()
         .unwrap();
@@ -261,20 +289,11 @@ async fn the_typescript_client_works_against_a_real_server() {
         return;
     }
     let _shared = berth_tests::DOCKERD.read().await;
-    let token = "0123456789abcdef0123456789abcdef";
-    let (served, port) = Served::start_on_tcp(token, &["--max-file", "8MiB"]);
+    let server = ClientServer::start();
     let dir = tempfile::tempdir().unwrap();
     let (run, tests) = installed_ts_client(dir.path());
-    let store = berth_tests::fs_store_manifest(dir.path(), &dir.path().join("store"));
-    let out = Command::new("node")
-        .current_dir(&run)
-        .env("BERTH_TEST_STORE_MANIFEST", &store)
-        .env("BERTH_SOCKET", &served.socket)
-        .env("BERTH_TCP_URL", format!("http://127.0.0.1:{port}"))
-        .env("BERTH_TOKEN", token)
-        .env("BERTH_MAX_FILE", (8 << 20).to_string())
-        .env("BERTH_TEST_IMAGE", test_image())
-        .env("BERTH_HOME", served.home())
+    let out = server
+        .env(Command::new("node").current_dir(&run))
         .args(["--test", "--test-reporter=spec"])
         .arg(&tests)
         .output()
