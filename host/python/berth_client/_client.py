@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -154,20 +155,30 @@ class Berth:
         for line in self._lines(method, path, **kw):
             yield _fast_event(line) or _event(json.loads(line))
 
+    def _blocks(self, method: str, path: str, **kw: Any) -> Iterator[bytes]:
+        """The body of a streamed response in whole blocks (far cheaper to
+        split here than ``readline`` on a chunked body). Closing it — or a
+        reader that stops early — closes the connection, which stops the
+        command (the server sees the connection go)."""
+        response = self._open(method, path, **kw)
+        try:
+            while True:
+                block = response.read1(1 << 20)
+                if not block:
+                    return
+                yield block
+        finally:
+            response.close()
+            response._berth_conn.close()
+
     def _frames(self, method: str, path: str, **kw: Any) -> Iterator[ExecEvent]:
         """Events of a stream in binary frames (``framing: "binary"``):
         a kind byte (1 stdout, 2 stderr, 0 a JSON event), a 4-byte
         big-endian length, the payload — output with no base64 and no JSON
         parse."""
-        response = self._open(method, path, **kw)
-        try:
+        with contextlib.closing(self._blocks(method, path, **kw)) as blocks:
             pending = b""
-            while True:
-                block = response.read1(1 << 20)
-                if not block:
-                    if pending:
-                        raise BerthError(502, "protocol", "the stream ended inside a frame")
-                    return
+            for block in blocks:
                 pending = pending + block if pending else block
                 at, end = 0, len(pending)
                 while end - at >= 5:
@@ -185,34 +196,21 @@ class Berth:
                     else:
                         raise BerthError(502, "protocol", f"unknown frame kind {kind}")
                 pending = pending[at:]
-        finally:
-            # Closing mid-stream stops the command (the server sees the
-            # connection go).
-            response.close()
-            response._berth_conn.close()
+            if pending:
+                raise BerthError(502, "protocol", "the stream ended inside a frame")
 
     def _lines(self, method: str, path: str, **kw: Any) -> Iterator[bytes]:
-        response = self._open(method, path, **kw)
-        try:
-            # Whole blocks, split here: far cheaper than readline on a
-            # chunked body.
+        """The non-empty lines of a streamed response."""
+        with contextlib.closing(self._blocks(method, path, **kw)) as blocks:
             pending = b""
-            while True:
-                block = response.read1(1 << 20)
-                if not block:
-                    if pending.strip():
-                        yield pending
-                    return
+            for block in blocks:
                 pending += block
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if line:
                         yield line
-        finally:
-            # Closing mid-stream stops the command (the server sees the
-            # connection go).
-            response.close()
-            response._berth_conn.close()
+            if pending.strip():
+                yield pending
 
     # -- the API ------------------------------------------------------------
 
