@@ -202,31 +202,40 @@ export class Berth {
   }
 
   /**
-   * A request whose reply is exec events, one JSON object per line.
-   * Leaving the loop early (`break`, a throw) closes the connection, which
-   * stops the command.
+   * The body of a streamed reply, chunk by chunk. Leaving the loop early
+   * (`break`, a throw) closes the connection, which stops the command; an
+   * abort rejects with the signal's reason.
    */
-  async *events(method: string, urlPath: string, options: RequestOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
+  private async *blocks(method: string, urlPath: string, options: RequestOptions): AsyncGenerator<Buffer, void, undefined> {
     const response = await this.request(method, urlPath, options);
     try {
-      let pending: Buffer = Buffer.alloc(0);
-      for await (const chunk of response as AsyncIterable<Buffer>) {
-        const block = pending.length ? Buffer.concat([pending, chunk]) : chunk;
-        let start = 0;
-        for (;;) {
-          const end = block.indexOf(10, start);
-          if (end < 0) break;
-          if (end > start) yield parseEvent(block.subarray(start, end));
-          start = end + 1;
-        }
-        pending = block.subarray(start);
-      }
-      if (pending.length && pending.toString("utf8").trim()) yield parseEvent(pending);
+      yield* response as AsyncIterable<Buffer>;
     } catch (err) {
       throw abortReason(err, options.signal);
     } finally {
       response.destroy();
     }
+  }
+
+  /**
+   * A request whose reply is exec events, one JSON object per line.
+   * Leaving the loop early (`break`, a throw) closes the connection, which
+   * stops the command.
+   */
+  async *events(method: string, urlPath: string, options: RequestOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
+    let pending: Buffer = Buffer.alloc(0);
+    for await (const chunk of this.blocks(method, urlPath, options)) {
+      const block = pending.length ? Buffer.concat([pending, chunk]) : chunk;
+      let start = 0;
+      for (;;) {
+        const end = block.indexOf(10, start);
+        if (end < 0) break;
+        if (end > start) yield parseEvent(block.subarray(start, end));
+        start = end + 1;
+      }
+      pending = block.subarray(start);
+    }
+    if (pending.length && pending.toString("utf8").trim()) yield parseEvent(pending);
   }
 
   /**
@@ -237,31 +246,24 @@ export class Berth {
    * command.
    */
   async *frames(method: string, urlPath: string, options: RequestOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
-    const response = await this.request(method, urlPath, options);
-    try {
-      let pending: Buffer = Buffer.alloc(0);
-      for await (const chunk of response as AsyncIterable<Buffer>) {
-        const block = pending.length ? Buffer.concat([pending, chunk]) : chunk;
-        let at = 0;
-        while (block.length - at >= 5) {
-          const size = block.readUInt32BE(at + 1);
-          if (block.length - at - 5 < size) break;
-          const kind = block[at];
-          const body = block.subarray(at + 5, at + 5 + size);
-          at += 5 + size;
-          if (kind === 1) yield { type: "stdout", data: body };
-          else if (kind === 2) yield { type: "stderr", data: body };
-          else if (kind === 0) yield parseEvent(body);
-          else throw new BerthError(502, "protocol", `unknown frame kind ${kind}`);
-        }
-        pending = block.subarray(at);
+    let pending: Buffer = Buffer.alloc(0);
+    for await (const chunk of this.blocks(method, urlPath, options)) {
+      const block = pending.length ? Buffer.concat([pending, chunk]) : chunk;
+      let at = 0;
+      while (block.length - at >= 5) {
+        const size = block.readUInt32BE(at + 1);
+        if (block.length - at - 5 < size) break;
+        const kind = block[at];
+        const body = block.subarray(at + 5, at + 5 + size);
+        at += 5 + size;
+        if (kind === 1) yield { type: "stdout", data: body };
+        else if (kind === 2) yield { type: "stderr", data: body };
+        else if (kind === 0) yield parseEvent(body);
+        else throw new BerthError(502, "protocol", `unknown frame kind ${kind}`);
       }
-      if (pending.length) throw new BerthError(502, "protocol", "the stream ended inside a frame");
-    } catch (err) {
-      throw abortReason(err, options.signal);
-    } finally {
-      response.destroy();
+      pending = block.subarray(at);
     }
+    if (pending.length) throw new BerthError(502, "protocol", "the stream ended inside a frame");
   }
 
   // -- the API ----------------------------------------------------------------
