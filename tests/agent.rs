@@ -315,6 +315,30 @@ async fn commands_fall_back_to_execs_when_the_agent_cannot_run_or_misbehaves() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "via exec\n");
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(log.matches("agent cannot run").count(), 1, "{log}");
+    // Words through a plain exec: as given, and a missing program as a
+    // shell reports it.
+    let words = [
+        "exec",
+        "ro",
+        "--no-shell",
+        "--",
+        "printf",
+        "[%s]",
+        "$HOME",
+        "*",
+        "it's",
+    ];
+    let out = berth_with_agent(&home, &real_agent, &words);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[$HOME][*][it's]");
+    let missing = ["exec", "ro", "--no-shell", "--", "berth-no-such-program"];
+    let out = berth_with_agent(&home, &real_agent, &missing);
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out));
+    assert!(
+        text(&out).contains("berth-no-such-program: not found"),
+        "{}",
+        text(&out)
+    );
 
     // An "agent" that is not one (it prints help and exits).
     let out = create("notagent", Path::new("/bin/busybox"), &[]);
@@ -333,7 +357,8 @@ async fn commands_fall_back_to_execs_when_the_agent_cannot_run_or_misbehaves() {
     let liar = dir.path().join("liar");
     std::fs::write(
         &liar,
-        "#!/bin/sh\nprintf '\\000\\000\\000\\011\\012\\000\\000\\000\\000\\000\\000\\000\\002'\nsleep 1\nprintf '\\377\\377\\377\\377'\nsleep 5\n",
+        // (the hello's last byte is the protocol's version, 3)
+        "#!/bin/sh\nprintf '\\000\\000\\000\\011\\012\\000\\000\\000\\000\\000\\000\\000\\003'\nsleep 1\nprintf '\\377\\377\\377\\377'\nsleep 5\n",
     )
     .unwrap();
     use std::os::unix::fs::PermissionsExt;

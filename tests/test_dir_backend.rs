@@ -175,8 +175,18 @@ impl Backend for DirBackend {
             });
         }
         let started = std::time::Instant::now();
+        // Words go through `exec "$@"`: it runs a program, never a
+        // builtin of that name, and exits 127 when there is none.
+        let args: Vec<String> = match &request.argv {
+            Some(argv) => ["-c", "exec \"$@\"", "berth"]
+                .into_iter()
+                .map(String::from)
+                .chain(argv.iter().cloned())
+                .collect(),
+            None => vec!["-c".into(), request.command.clone()],
+        };
         let mut child = tokio::process::Command::new("sh")
-            .args(["-c", &request.command])
+            .args(&args)
             .current_dir(&self.state.dir)
             .envs(&request.env)
             .stdin(if request.stdin {

@@ -39,7 +39,7 @@ use std::io::{self, Write};
 pub mod walk;
 
 /// The protocol version the agent announces in its hello.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The largest frame either side accepts (length field included).
 pub const MAX_FRAME: usize = 1 << 20;
@@ -327,8 +327,11 @@ impl<'a> Reader<'a> {
 /// A command to run.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RunRequest {
-    /// Passed to `sh -c`.
+    /// Passed to `sh -c` (when `argv` is empty).
     pub command: String,
+    /// Version 3: the program and its arguments, run with no shell
+    /// (`berth-agent exec`); empty: `command` runs under `sh -c`.
+    pub argv: Vec<String>,
     /// The working directory.
     pub cwd: String,
     /// Variables added to the agent's environment.
@@ -369,6 +372,10 @@ impl RunRequest {
         w.0.push(self.stdin as u8);
         w.0.extend_from_slice(&self.pty.0.to_be_bytes());
         w.0.extend_from_slice(&self.pty.1.to_be_bytes());
+        w.0.extend_from_slice(&(self.argv.len() as u32).to_be_bytes());
+        for word in &self.argv {
+            w.bytes(word.as_bytes());
+        }
         w.0
     }
 
@@ -385,7 +392,7 @@ impl RunRequest {
         for _ in 0..n {
             env.push((r.string()?, r.string()?));
         }
-        let req = RunRequest {
+        let mut req = RunRequest {
             command,
             cwd,
             env,
@@ -395,7 +402,13 @@ impl RunRequest {
             session: r.string()?,
             stdin: r.flag()?,
             pty: (r.u16()?, r.u16()?),
+            argv: Vec::new(),
         };
+        let words = r.u32()? as usize;
+        req.argv.reserve(words.min(4096));
+        for _ in 0..words {
+            req.argv.push(r.string()?);
+        }
         r.end()?;
         Ok(req)
     }
@@ -489,6 +502,12 @@ mod tests {
             session: "s1".into(),
             stdin: true,
             pty: (24, 80),
+            argv: vec![
+                "printf".into(),
+                "%s\n".into(),
+                "$HOME; *".into(),
+                String::new(),
+            ],
         };
         let frames = [
             Frame::new(Kind::Run, 7, req.encode()),

@@ -9,13 +9,16 @@
 //! - `berth-agent proc DIR OP …` starts, lists, follows and kills
 //!   background processes whose state and bounded logs live in DIR (see
 //!   [`procs`]).
+//! - `berth-agent exec PROGRAM [ARG…]` runs a command given as words,
+//!   with no shell (see [`run_program`]).
 //! - `berth-agent egress-bridge SOCKET ADDRESS …` carries the sandbox's
 //!   proxy address to the host's egress point (see [`bridge`]).
 //! - `berth-agent egress-tunnel ADDRESS` carries it over its own stdin and
 //!   stdout instead, for a host that cannot bind the point's socket into
 //!   the container (see [`tunnel`]).
 //!
-//! Each command runs under `sh -c` in a process group of its own. On its
+//! Each command runs under `sh -c` (or, given as words, through
+//! `berth-agent exec`) in a process group of its own. On its
 //! timeout (or the host's kill) the agent stops, then kills, the group and
 //! every descendant it can find, round after round until none is left, so
 //! fork bombs and children that ignore SIGTERM go too.
@@ -25,6 +28,7 @@ mod freeze;
 mod fs;
 mod json;
 mod procs;
+mod run_program;
 mod session;
 mod staging;
 mod tree;
@@ -44,6 +48,7 @@ fn main() {
         }
         Some("fs") => fs::main(&args[1..]),
         Some("proc") => procs::main(&args[1..]),
+        Some("exec") => run_program::main(&args[1..]),
         Some("egress-bridge") => bridge::main(&args[1..]),
         Some("egress-tunnel") => tunnel::main(&args[1..]),
         Some("--help" | "-h" | "help") => {
@@ -77,6 +82,7 @@ const USAGE: &str = "usage:
   berth-agent proc DIR kill ID SIGNAL | kill-all
   berth-agent proc DIR wait ID
   berth-agent proc DIR rm ID
+  berth-agent exec PROGRAM [ARG…]     run PROGRAM with ARGs, no shell (127: not found, 126: not executable)
   berth-agent egress-bridge SOCKET ADDRESS -- COMMAND…   carry ADDRESS (TCP) to SOCKET (the host's egress point) while COMMAND runs
   berth-agent egress-bridge SOCKET ADDRESS --daemon      the same, in the background, for every command of a container
   berth-agent egress-tunnel ADDRESS   carry ADDRESS (TCP) to the host over stdin/stdout (tunnel frames) until stdin ends";

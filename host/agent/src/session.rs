@@ -392,7 +392,7 @@ struct Prepared {
     state_pipe: Option<(OwnedFd, OwnedFd)>,
 }
 
-/// The `sh -c` for `request`: on a terminal of its own (a new session that
+/// The `sh -c` (or `berth-agent exec`, for argv) for `request`: on a terminal of its own (a new session that
 /// takes it as its controlling terminal) or on pipes in a process group of
 /// its own; the first the out-of-memory killer takes; in `session`'s
 /// directory and environment, its state written to fd 3 when it ends.
@@ -403,7 +403,18 @@ fn prepare(
     job: &Job,
     has_stdin: bool,
 ) -> Result<Prepared, String> {
-    let mut cmd = Command::new("sh");
+    // A command given as words runs through `berth-agent exec` (this very
+    // binary): no shell, and a missing program ends as a shell reports it.
+    let mut cmd = if request.argv.is_empty() {
+        Command::new("sh")
+    } else if session.is_some() {
+        return Err("a shell session runs command lines, not argv".into());
+    } else {
+        let agent = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
+        let mut cmd = Command::new(agent);
+        cmd.arg("exec").arg("--").args(&request.argv);
+        cmd
+    };
     let mut pty_master = None;
     if request.pty != (0, 0) {
         let (master, slave) = open_pty(request.pty.0, request.pty.1)
@@ -460,9 +471,10 @@ fn prepare(
     let mut state_pipe = None;
     match session {
         None => {
-            cmd.arg("-c")
-                .arg(&request.command)
-                .current_dir(&request.cwd);
+            if request.argv.is_empty() {
+                cmd.arg("-c").arg(&request.command);
+            }
+            cmd.current_dir(&request.cwd);
         }
         Some(s) => {
             let (reader, writer) = pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;

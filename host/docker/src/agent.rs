@@ -258,6 +258,7 @@ impl AgentSession {
         }
         let run = RunRequest {
             command: request.command.clone(),
+            argv: request.argv.clone().unwrap_or_default(),
             cwd: cwd.to_string(),
             env: request
                 .env

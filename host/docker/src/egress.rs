@@ -69,13 +69,27 @@ impl DockerBackend {
     /// command.
     fn behind_egress_bridge(&self, request: &mut ExecRequest) {
         if self.state.egress_socket_dir.is_some() && self.routes(request) {
-            request.command = format!(
-                "{} egress-bridge {} {} --daemon </dev/null >/dev/null 2>&1; {}",
+            let bridge = format!(
+                "{} egress-bridge {} {} --daemon </dev/null >/dev/null 2>&1",
                 berth_agent::AGENT_PATH,
                 berth::egress::SANDBOX_EGRESS_SOCKET,
                 berth::egress::SANDBOX_PROXY,
-                request.command
             );
+            match request.argv.take() {
+                None => request.command = format!("{bridge}; {}", request.command),
+                // Words stay words: the shell only sequences the bridge
+                // and hands them, unexpanded, to `berth-agent exec`.
+                Some(argv) => {
+                    let mut words = vec![
+                        "sh".to_string(),
+                        "-c".to_string(),
+                        format!("{bridge}; exec {} exec -- \"$@\"", berth_agent::AGENT_PATH),
+                        "berth-egress".to_string(),
+                    ];
+                    words.extend(argv);
+                    request.argv = Some(words);
+                }
+            }
         }
     }
 

@@ -46,15 +46,26 @@ impl DockerBackend {
         request: &ExecRequest,
     ) -> Result<ExecProcess, BackendError> {
         let pidfile = format!("/tmp/.berth-exec-{:x}", berth::random_id::random_u64());
-        let cmd = vec![
+        // The shell leads the process group and removes the pid file
+        // itself, so a normal exec costs no extra round trip; it runs the
+        // command line in a shell of its own, or the argv in a subshell
+        // that `exec`s it (a program, never a builtin of that name).
+        let run = if request.argv.is_some() {
+            "p=$1; shift; echo $$ > \"$p\"; (exec \"$@\"); rc=$?; rm -f \"$p\"; exit $rc"
+        } else {
+            "echo $$ > \"$1\"; sh -c \"$2\"; rc=$?; rm -f \"$1\"; exit $rc"
+        };
+        let mut cmd = vec![
             "sh".to_string(),
             "-c".to_string(),
-            // It removes the pid file itself, so a normal exec costs no
-            // extra round trip.
-            "echo $$ > \"$0\"; sh -c \"$1\"; rc=$?; rm -f \"$0\"; exit $rc".to_string(),
+            run.to_string(),
+            "berth".to_string(),
             pidfile.clone(),
-            request.command.clone(),
         ];
+        match &request.argv {
+            Some(_) => cmd.extend(request.words()?),
+            None => cmd.push(request.command.clone()),
+        }
         start_exec(
             &self.docker,
             &self.target(),

@@ -18,18 +18,13 @@ const WALK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 36
 /// The agent's stderr kept for an error message.
 const STDERR_CAP: usize = 16 * 1024;
 
-/// `s` as one word for `sh`.
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
 /// The command that runs the walk.
 pub(super) fn request(program: &str, root: &str, freeze: bool) -> ExecRequest {
-    let mut command = format!("{} fs {} walk", quote(program), quote(root));
+    let mut words = vec![program, "fs", root, "walk"];
     if freeze {
-        command.push_str(" --freeze");
+        words.push("--freeze");
     }
-    ExecRequest::new(command, WALK_TIMEOUT).with_stdin()
+    ExecRequest::program(words, WALK_TIMEOUT).with_stdin()
 }
 
 /// Sends the walk its request, then hands back the walk that reads its

@@ -190,11 +190,14 @@ class BerthSandboxSession(BaseSandboxSession):
         return {**self.state.base_env, **manifest_env}
 
     async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
-        text = shlex.join(str(c) for c in command)
+        # The SDK hands argv (``sh -lc LINE`` when it wants a shell): run
+        # as given, with no shell of Berth's around it, as its Docker
+        # provider does.
+        argv = [str(c) for c in command]
         limit = _UNBOUNDED_EXEC_S if timeout is None else max(float(timeout), 0.001)
         env = await self._env()
         try:
-            result = await _run(self._box.exec, text, timeout=limit, env=env)
+            result = await _run(self._box.exec, argv, timeout=limit, env=env)
         except BerthError as e:
             raise ExecTransportError(command=command, cause=e, message=e.message) from e
         except OSError as e:
@@ -354,8 +357,7 @@ class BerthSandboxSession(BaseSandboxSession):
         yield_time_s: float | None = None,
         max_output_tokens: int | None = None,
     ) -> PtyExecUpdate:
-        argv = self._prepare_exec_command(*command, shell=shell, user=user)
-        text = shlex.join(str(a) for a in argv)
+        argv = [str(a) for a in self._prepare_exec_command(*command, shell=shell, user=user)]
         limit = _UNBOUNDED_EXEC_S if timeout is None else max(float(timeout), 0.001)
         env = await self._env()
         loop = asyncio.get_running_loop()
@@ -372,7 +374,7 @@ class BerthSandboxSession(BaseSandboxSession):
 
             try:
                 stream = self._box.exec_stream(
-                    text,
+                    argv,
                     timeout=limit,
                     env=env,
                     interactive=True,

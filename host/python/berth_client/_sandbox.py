@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import urllib.parse
-from typing import IO, TYPE_CHECKING, Iterator, Optional, Union
+from typing import IO, TYPE_CHECKING, Iterator, Optional, Sequence, Union
 
 from ._errors import NotFound
 from ._types import (
@@ -131,7 +131,7 @@ class Sandbox:
     # commands
     def exec(
         self,
-        command: str,
+        command: Union[str, Sequence[str]],
         *,
         timeout: float = 600.0,
         env: Optional[dict] = None,
@@ -140,12 +140,15 @@ class Sandbox:
         stderr_cap: Optional[int] = None,
         checkpoint: Optional[bool] = None,
     ) -> ExecResult:
-        """Runs ``command`` with ``sh -c`` in the workspace and collects its
-        output (each stream capped; its start and end kept). ``checkpoint``
+        """Runs ``command`` in the workspace and collects its output (each
+        stream capped; its start and end kept). A string is a command line
+        for ``sh -c``; a list of strings is the program and its arguments,
+        run with no shell (nothing expanded, no builtin in a program's
+        place; one that cannot be started exits 127 or 126). ``checkpoint``
         writes a generation when it ends (by default, when the sandbox was
         created with ``checkpoint_each_exec=True``); ``result.checkpoint``
         says which."""
-        body: dict = {"command": command, "timeout_ms": int(timeout * 1000), "env": env or {}}
+        body: dict = {**_command(command), "timeout_ms": int(timeout * 1000), "env": env or {}}
         if checkpoint is not None:
             body["checkpoint"] = checkpoint
         if stdin is not None:
@@ -160,7 +163,7 @@ class Sandbox:
 
     def exec_stream(
         self,
-        command: str,
+        command: Union[str, Sequence[str]],
         *,
         timeout: float = 600.0,
         env: Optional[dict] = None,
@@ -169,14 +172,15 @@ class Sandbox:
         interactive: bool = False,
         checkpoint: Optional[bool] = None,
     ) -> Iterator[ExecEvent]:
-        """Runs ``command`` and yields its output as it is produced, uncapped,
+        """Runs ``command`` (a command line, or the program and its arguments,
+        as for :meth:`exec`) and yields its output as it is produced, uncapped,
         then its ``exit`` event. Closing the iterator early stops the
         command. With ``interactive``, the first event is ``started`` and its
         ``exec_id`` takes :meth:`send_stdin`; ``pty=(rows, cols)`` runs it on a
         terminal. ``checkpoint`` as for :meth:`exec`: the ``exit`` event's
         ``checkpoint`` says which generation was written."""
         body: dict = {
-            "command": command,
+            **_command(command),
             "timeout_ms": int(timeout * 1000),
             "env": env or {},
             "stream": True,
@@ -340,3 +344,16 @@ class Files:
     def mkdir(self, path: str, *, parents: bool = False) -> None:
         """Makes a directory."""
         self._client._json("POST", f"{self._path}/mkdir", query={"path": path, "parents": parents})
+
+
+def _command(command: Union[str, Sequence[str]]) -> dict:
+    """The request's ``command`` (a line for ``sh -c``) or ``argv`` (words,
+    no shell)."""
+    if isinstance(command, str):
+        return {"command": command}
+    if isinstance(command, (bytes, bytearray)):
+        raise TypeError("command: give a str (a command line) or a list of str (argv), not bytes")
+    argv = list(command)
+    if not argv or not all(isinstance(word, str) for word in argv):
+        raise TypeError("command: argv must be a non-empty list of str")
+    return {"argv": argv}

@@ -221,6 +221,29 @@ class AgentsProviderLikeTheSdksTest(unittest.TestCase):
             self.assertTrue(shown.startswith("BERTH_SECRET_API_KEY_"), shown)
         await friend.delete(session)
 
+    def test_argv_without_a_shell_runs_as_given(self):
+        asyncio.run(self._argv())
+
+    async def _argv(self):
+        client = BerthSandboxClient()
+        session = await client.create(manifest=Manifest(root="/workspace"), options=BerthSandboxClientOptions(image=IMAGE))
+        async with session:
+            # shell=False: the SDK gives argv, which reaches the program
+            # untouched (its Docker provider passes it to `docker exec`).
+            words = ["$HOME", "*", "a b", "it's"]
+            given = await session.exec("printf", "[%s]", *words, shell=False)
+            self.assertEqual(given.stdout.decode(), "".join(f"[{w}]" for w in words))
+            # shell=True (the default): the SDK's own `sh -lc LINE`.
+            line = await session.exec('printf "[%s]" "$HOME"')
+            self.assertNotEqual(line.stdout.decode(), "[$HOME]")
+            # A program named as a shell builtin runs, not the builtin (the
+            # image's PATH is /bin).
+            await session.exec("printf '#!/bin/sh\\necho the program\\n' > /bin/cd && chmod +x /bin/cd")
+            self.assertEqual((await session.exec("cd", shell=False)).stdout, b"the program\n")
+            missing = await session.exec("berth-no-such-program", shell=False)
+            self.assertEqual(missing.exit_code, 127)
+        await client.delete(session)
+
     def test_a_refused_mount_is_redacted_as_the_sdks_providers_do(self):
         asyncio.run(self._refused_mount())
 

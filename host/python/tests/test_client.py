@@ -71,6 +71,23 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(capped.truncated)
         self.assertEqual(len(capped.stdout_bytes), 1000)
 
+    def test_a_exec_argv_runs_the_words_with_no_shell(self):
+        words = ["$HOME", "a b", "*", "'", "", "x;y"]
+        r = self.box.exec(["printf", "%s|", *words])
+        self.assertEqual((r.exit_code, r.stdout), (0, "|".join(words) + "|"))
+        streamed = b"".join(
+            e.data for e in self.box.exec_stream(["printf", "%s|", *words]) if e.kind == "stdout"
+        )
+        self.assertEqual(streamed, ("|".join(words) + "|").encode())
+        missing = self.box.exec(["berth-no-such-program"])
+        self.assertEqual(missing.exit_code, 127)
+        self.assertIn("not found", missing.stderr)
+        with self.assertRaises(TypeError):
+            self.box.exec([])
+        with self.assertRaises(BerthError) as refused:
+            self.box.client._json("POST", f"{self.box._path}/exec", json_body={"argv": []})
+        self.assertEqual(refused.exception.status, 400)
+
     def test_b_exec_stream_yields_output_as_it_is_produced(self):
         times = []
         started = time.monotonic()

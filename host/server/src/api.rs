@@ -241,8 +241,16 @@ pub struct ForkBody {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecBody {
-    /// The command, run by `sh -c` in the workspace root.
-    pub command: String,
+    /// The command line, run by `sh -c` in the workspace root. Give this
+    /// or `argv`.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The program and its arguments, run in the workspace root with no
+    /// shell: found on `PATH`, no word expanded, no shell builtin in a
+    /// program's place; one that cannot be started exits 127 (not found)
+    /// or 126. Give this or `command`.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
     /// The timeout in milliseconds. By default, 600 000 (10 minutes).
     #[serde(default)]
     pub timeout_ms: Option<u64>,

@@ -98,9 +98,11 @@ impl From<berth::SandboxError> for ApiError {
             E::Backend(berth::BackendError::Unbounded { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unbounded")
             }
-            E::Backend(berth::BackendError::Settings(_) | berth::BackendError::Config { .. }) => {
-                (StatusCode::BAD_REQUEST, "bad_request")
-            }
+            E::Backend(
+                berth::BackendError::Settings(_)
+                | berth::BackendError::Config { .. }
+                | berth::BackendError::Request(_),
+            ) => (StatusCode::BAD_REQUEST, "bad_request"),
             E::Backend(_) => (StatusCode::BAD_GATEWAY, "backend"),
             E::GenerationNotKept { .. } => (StatusCode::NOT_FOUND, "generation_not_kept"),
             E::Spec(_) | E::UnknownBackend { .. } | E::NoGenerations { .. } => {

@@ -54,8 +54,15 @@ impl Default for PtySize {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ExecRequest {
-    /// Passed to `sh -c`.
+    /// The command line, run by `sh -c` — or, with [`argv`](Self::argv)
+    /// set, that program's words quoted for `sh`, shown where the command
+    /// is named (history notes, logs).
     pub command: String,
+    /// The program and its arguments, run directly with no shell (found on
+    /// `PATH` as `execvp` finds it): no word is expanded, and no shell
+    /// builtin or function stands in for a program of the same name. Set
+    /// by [`ExecRequest::program`]; `None`: `command` goes to `sh -c`.
+    pub argv: Option<Vec<String>>,
     /// Environment (the manifest's, plus per-exec additions).
     pub env: BTreeMap<String, String>,
     /// Killed (with everything it started) after this long.
@@ -99,6 +106,7 @@ impl ExecRequest {
     pub fn new(command: impl Into<String>, timeout: Duration) -> Self {
         ExecRequest {
             command: command.into(),
+            argv: None,
             env: BTreeMap::new(),
             timeout,
             stdout_cap: DEFAULT_OUTPUT_CAP,
@@ -108,6 +116,40 @@ impl ExecRequest {
             stdin: false,
             pty: None,
             helper: None,
+        }
+    }
+
+    /// Runs `argv[0]` with the arguments `argv[1..]` directly, with no
+    /// shell, and default caps and the given timeout. Where a caller has
+    /// words rather than a command line, this is what it means: `$`, `*`,
+    /// quotes and `;` reach the program as they are, and `echo` or `test`
+    /// is the program on `PATH`, not the shell's builtin. It cannot run in
+    /// a shell session ([`in_session`](Self::in_session)). An empty `argv`
+    /// is refused when the command is run.
+    pub fn program<I, S>(argv: I, timeout: Duration) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let argv: Vec<String> = argv.into_iter().map(Into::into).collect();
+        let mut request = ExecRequest::new(shell_words(&argv), timeout);
+        request.argv = Some(argv);
+        request
+    }
+
+    /// What to execute for this request: its `argv`, or `sh -c command`.
+    /// An empty `argv`, or an `argv` for a shell session (a session is a
+    /// shell: it takes command lines), is an error that says what to send.
+    pub fn words(&self) -> Result<Vec<String>, BackendError> {
+        match (&self.argv, &self.session) {
+            (None, _) => Ok(vec!["sh".into(), "-c".into(), self.command.clone()]),
+            (Some(argv), _) if argv.is_empty() => Err(BackendError::Request(
+                "an empty argv: give at least the program to run".into(),
+            )),
+            (Some(_), Some(session)) => Err(BackendError::Request(format!(
+                "shell session {session:?} runs command lines, and argv runs with no shell: send a command line to the session, or run the argv outside it"
+            ))),
+            (Some(argv), None) => Ok(argv.clone()),
         }
     }
 
@@ -155,6 +197,31 @@ impl ExecRequest {
     pub fn on_terminal(mut self, size: PtySize) -> Self {
         self.pty = Some(size);
         self
+    }
+}
+
+/// `words` as one `sh` command line: each word kept as it is (quoted
+/// unless it is made only of characters `sh` never treats specially).
+pub fn shell_words(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| shell_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `word` as one word for `sh`: as it is when it holds only letters,
+/// digits and `-_./:=@%+,`, else in single quotes (a quote inside as
+/// `'\''`).
+pub fn shell_word(word: &str) -> Cow<'_, str> {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@%+,".contains(&b));
+    if plain {
+        Cow::Borrowed(word)
+    } else {
+        Cow::Owned(format!("'{}'", word.replace('\'', "'\\''")))
     }
 }
 

@@ -172,6 +172,10 @@ pub enum BackendError {
         /// What is wrong.
         message: String,
     },
+    /// A command that cannot be run as asked (an empty argv; argv in a
+    /// shell session): says what to send instead.
+    #[error("{0}")]
+    Request(String),
     /// A backend's saved state cannot be encoded or decoded.
     #[error("the {kind} backend's state is unreadable: {message}")]
     State {

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::commands::{chain, exec, expect_out, run};
 use super::Report;
 use crate::backend::{BackendError, BackendProvider, BackendSpec, ExecEvent, ExecRequest};
 use crate::sandbox::{
@@ -144,6 +145,13 @@ pub async fn check_backend(backend: &dyn BackendUnderTest, home: &Path) -> Repor
             "timeout-kills-the-tree",
             "a command past its timeout returns promptly, marked timed out, and whatever it started is killed too",
             suite.timeout_kills_the_tree(),
+        )
+        .await;
+    report
+        .run_clause(
+            "argv-words-reach-the-program",
+            "a command given as words runs with no shell: generated words reach the program as given, a program named as a builtin runs, a missing one exits 127, an empty argv and argv in a session are refused",
+            suite.on_fresh(async |sb: &mut Sandbox| super::words::words_reach_the_program(sb).await),
         )
         .await;
     report
@@ -673,44 +681,5 @@ impl BackendProvider for SharedProvider {
         session_id: &str,
     ) -> Result<(), crate::backend::BackendError> {
         self.0.remove_orphan(state, session_id).await
-    }
-}
-
-fn chain(what: &str, error: &dyn std::error::Error) -> String {
-    let mut out = format!("{what}: {error}");
-    let mut source = error.source();
-    while let Some(s) = source {
-        out.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    out
-}
-
-async fn exec(sandbox: &Sandbox, command: &str) -> Result<crate::backend::ExecResult, String> {
-    sandbox
-        .exec(ExecRequest::new(command, Duration::from_secs(60)))
-        .await
-        .map_err(|e| chain(&format!("exec {command:?}"), &e))
-}
-
-/// Runs `command`, which must succeed; returns its stdout.
-async fn run(sandbox: &Sandbox, command: &str) -> Result<String, String> {
-    let r = exec(sandbox, command).await?;
-    if r.exit_code != 0 {
-        return Err(format!(
-            "{command:?} exited {}: {}",
-            r.exit_code,
-            r.stderr_text().trim()
-        ));
-    }
-    Ok(r.stdout_text().into_owned())
-}
-
-async fn expect_out(sandbox: &Sandbox, command: &str, want: &str) -> Result<(), String> {
-    let got = run(sandbox, command).await?;
-    if got == want {
-        Ok(())
-    } else {
-        Err(format!("{command:?}: expected {want:?}, got {got:?}"))
     }
 }

@@ -9,9 +9,11 @@
 //! multi-GiB clause needs no memory beyond a few buffers.
 
 mod backend;
+mod commands;
 pub mod pattern;
 mod remote;
 mod snapshot;
+mod words;
 
 pub use backend::{check_backend, BackendUnderTest, Disaster, WORKSPACE_LISTING};
 pub use remote::check_remote_client;

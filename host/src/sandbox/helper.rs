@@ -16,11 +16,6 @@ pub(super) const STREAMED: Duration = Duration::from_secs(24 * 3600);
 /// The most a short operation's answer may hold.
 pub(super) const ANSWER_CAP: usize = 16 << 20;
 
-/// `s` as one word for `sh`.
-pub(super) fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
 impl Sandbox {
     /// The helper, or why there is none here.
     pub(super) async fn sandbox_helper(&self) -> Result<SandboxHelper, SandboxError> {
@@ -45,9 +40,10 @@ impl Sandbox {
         } else {
             &helper.run_dir
         };
-        let mut words = vec![quote(&helper.program), group.to_string(), quote(dir)];
-        words.extend(args.iter().map(|a| quote(a)));
-        let mut request = ExecRequest::new(words.join(" "), timeout);
+        // As words: no shell in the sandbox is needed, nor any quoting.
+        let mut words = vec![helper.program.clone(), group.to_string(), dir.clone()];
+        words.extend(args.iter().map(|a| a.to_string()));
+        let mut request = ExecRequest::program(words, timeout);
         if group != "fs" {
             self.ensure_egress().await?;
         }
@@ -136,12 +132,6 @@ pub(super) fn helper_failure(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quoting_survives_every_quote() {
-        assert_eq!(quote("it's"), "'it'\\''s'");
-        assert_eq!(quote(""), "''");
-    }
 
     #[test]
     fn exit_codes_become_typed_errors() {

@@ -182,6 +182,8 @@ impl Sandbox {
         if !self.running {
             return Err(SandboxError::NotStarted);
         }
+        // An argv that cannot run is refused before anything starts.
+        request.words()?;
         self.ensure_egress().await?;
         let mut env = self.command_environment();
         env.append(&mut request.env);

@@ -18,7 +18,7 @@ export { Berth, defaultSocket } from "./client";
 export type { BerthOptions, CreateOptions, EgressPolicy, RequestOptions } from "./client";
 export type { Body } from "./io";
 export { Files, Sandbox } from "./sandbox";
-export type { CollectOptions, ExecOptions, StreamOptions } from "./sandbox";
+export type { CollectOptions, Command, ExecOptions, StreamOptions } from "./sandbox";
 export {
   BerthError,
   Conflict,

@@ -170,8 +170,14 @@ export class Sandbox {
 
   // commands
 
-  /** Runs `command` with `sh -c` in the workspace and collects its output (each stream capped; its start and end kept). */
-  async exec(command: string, options: CollectOptions = {}): Promise<ExecResult> {
+  /**
+   * Runs `command` in the workspace and collects its output (each stream
+   * capped; its start and end kept). A string is a command line for
+   * `sh -c`; an array is the program and its arguments, run with no shell
+   * (nothing expanded, no builtin in a program's place; one that cannot be
+   * started exits 127 or 126).
+   */
+  async exec(command: Command, options: CollectOptions = {}): Promise<ExecResult> {
     const body = execBody(command, options);
     if (options.stdoutCap !== undefined) body.stdout_cap = options.stdoutCap;
     if (options.stderrCap !== undefined) body.stderr_cap = options.stderrCap;
@@ -183,10 +189,11 @@ export class Sandbox {
   }
 
   /**
-   * Runs `command` and yields its output as it is produced, uncapped, then
-   * its `exit` event. Leaving the loop early stops the command.
+   * Runs `command` (a command line, or the program and its arguments, as
+   * for {@link exec}) and yields its output as it is produced, uncapped,
+   * then its `exit` event. Leaving the loop early stops the command.
    */
-  execStream(command: string, options: StreamOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
+  execStream(command: Command, options: StreamOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
     const body = execBody(command, options);
     body.stream = true;
     body.interactive = options.interactive ?? false;
@@ -289,9 +296,15 @@ export class Sandbox {
   }
 }
 
-function execBody(command: string, options: ExecOptions): Record<string, unknown> {
+/** A command line for `sh -c`, or the program and its arguments (no shell). */
+export type Command = string | readonly string[];
+
+function execBody(command: Command, options: ExecOptions): Record<string, unknown> {
+  if (typeof command !== "string" && command.length === 0) {
+    throw new TypeError("command: argv must name at least the program to run");
+  }
   const body: Record<string, unknown> = {
-    command,
+    ...(typeof command === "string" ? { command } : { argv: [...command] }),
     timeout_ms: options.timeoutMs ?? 600_000,
     env: options.env ?? {},
   };

@@ -99,6 +99,20 @@ describe("client", () => {
     assert.equal(capped.stdout_bytes.length, 1000);
   });
 
+  test("exec with argv runs the words with no shell", async () => {
+    const words = ["$HOME", "a b", "*", "'", "", "x;y"];
+    const r = await box.exec(["printf", "%s|", ...words]);
+    assert.equal(r.exit_code, 0);
+    assert.equal(r.stdout, words.join("|") + "|");
+    const chunks: Buffer[] = [];
+    for await (const e of box.execStream(["printf", "%s|", ...words])) if (e.type === "stdout") chunks.push(e.data);
+    assert.equal(Buffer.concat(chunks).toString(), words.join("|") + "|");
+    const missing = await box.exec(["berth-no-such-program"]);
+    assert.equal(missing.exit_code, 127);
+    assert.match(missing.stderr, /not found/);
+    await assert.rejects(box.exec([]), TypeError);
+  });
+
   test("execStream yields output as it is produced", async () => {
     const started = performance.now();
     const times: number[] = [];

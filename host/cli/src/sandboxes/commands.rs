@@ -46,11 +46,29 @@ pub struct ExecArgs {
     /// With --detach: bytes of each stream's newest output kept.
     #[arg(long, requires = "detach", default_value_t = berth::sandbox::DEFAULT_LOG_RING)]
     log_ring: u64,
-    /// The command (joined with spaces and run by `sh -c`): after `--`, or
-    /// from the first word that is not one of these options on (`berth
-    /// exec box ls -la`, as `docker exec`).
+    /// Run the words as the program and its arguments, with no shell (as
+    /// `docker exec` does): nothing is expanded, and `echo` or `test` is
+    /// the program on `PATH`, not a builtin. A program that cannot be
+    /// started exits 127 (not found) or 126.
+    #[arg(long, conflicts_with = "detach")]
+    no_shell: bool,
+    /// The command (joined with spaces and run by `sh -c`, unless
+    /// --no-shell): after `--`, or from the first word that is not one of
+    /// these options on (`berth exec box ls -la`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
+}
+
+impl ExecArgs {
+    /// The command as its words, or as one line for `sh -c`.
+    fn request(&self) -> ExecRequest {
+        let timeout = Duration::from_secs_f64(self.timeout);
+        if self.no_shell {
+            ExecRequest::program(self.command.clone(), timeout)
+        } else {
+            ExecRequest::new(self.command.join(" "), timeout)
+        }
+    }
 }
 
 pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
@@ -59,7 +77,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     // the command (not after a detached one, which has not ended).
     let checkpoint = (!args.detach
         && load(&home, &args.name).is_ok_and(|s| s.checkpoint_each_exec))
-    .then(|| (args.name.clone(), args.command.join(" ")));
+    .then(|| (args.name.clone(), args.request().command));
     if let Some(remote) = Remote::for_home(&home).await {
         // The server checkpoints on the sandbox it holds open, before it
         // sends the command's exit.
@@ -80,7 +98,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     }
     // The sandbox is up: commands on it may run in parallel.
     drop(lock);
-    let mut request = ExecRequest::new(command, Duration::from_secs_f64(args.timeout));
+    let mut request = args.request();
     request.env.extend(env_pairs(&args.env)?);
     if args.interactive {
         request = request.with_stdin();
@@ -179,13 +197,17 @@ async fn exec_through(remote: &Remote, args: ExecArgs) -> anyhow::Result<ExitCod
         println!("{}", started.id);
         return Ok(ExitCode::SUCCESS);
     }
-    let body = serde_json::json!({
-        "command": command,
+    let request = args.request();
+    let mut body = serde_json::json!({
         "timeout_ms": (args.timeout * 1000.0).round() as u64,
         "env": env_pairs(&args.env)?,
         "stream": !args.json,
         "interactive": args.interactive && !args.json,
     });
+    match request.argv {
+        Some(argv) => body["argv"] = argv.into(),
+        None => body["command"] = request.command.into(),
+    }
     if args.json {
         let result: berth_server::ExecOutcome = remote
             .json(Method::POST, &format!("{path}/exec"), Some(body))

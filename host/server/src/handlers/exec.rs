@@ -266,6 +266,22 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
             .transpose()
             .map_err(|e| ApiError::bad_request(format!("`stdin` is not base64: {e}")))?;
         let timeout = Duration::from_millis(body.timeout_ms.unwrap_or(600_000));
+        let mut request = match (&body.command, &body.argv) {
+            (Some(line), None) => ExecRequest::new(line.clone(), timeout),
+            (None, Some(argv)) if !argv.is_empty() => ExecRequest::program(argv.clone(), timeout),
+            (None, Some(_)) => {
+                return Err(ApiError::bad_request(
+                    "`argv` is empty: give at least the program to run",
+                ))
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    "give `command` (a command line, run by `sh -c`) or `argv` (the program and its arguments, run with no shell) — one of them",
+                ))
+            }
+        };
+        // The command as history notes name it.
+        let command = request.command.clone();
         // When the command started (its checkpoint's note says so).
         let started = SystemTime::now();
         // Whether to checkpoint after it: as asked, else as the sandbox
@@ -274,11 +290,10 @@ pub(crate) fn exec(inner: Arc<Inner>, call: Call) -> Answer {
             body.checkpoint
                 .unwrap_or(open.checkpoint_each_exec)
                 .then(|| CheckpointAfter {
-                    command: body.command.clone(),
+                    command: command.clone(),
                     started,
                 })
         };
-        let mut request = ExecRequest::new(body.command.clone(), timeout);
         request.env.extend(body.env.clone());
         if body.stdout_cap.is_some() || body.stderr_cap.is_some() {
             let cap = |c: Option<u64>, default: usize| {

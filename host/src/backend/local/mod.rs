@@ -260,7 +260,7 @@ impl LocalBackend {
 
     /// What a command is run behind when the sandbox has an egress
     /// policy: `-- HELPER egress-bridge SOCKET ADDRESS` (the command's own
-    /// `-- sh -c …` follows), so its proxy address on its loopback reaches
+    /// words follow), so its proxy address on its loopback reaches
     /// the egress point. Nothing without a policy.
     fn egress_bridge(&self) -> Result<Vec<std::ffi::OsString>, BackendError> {
         if self.state.egress_socket_dir.is_none() {
@@ -360,7 +360,17 @@ impl Backend for LocalBackend {
                 ),
             });
         }
-        let shell = ["sh".into(), "-c".into(), request.command.clone().into()];
+        let mut words: Vec<std::ffi::OsString> = Vec::new();
+        // A caller's words run through the helper's `exec` where there is
+        // one (bound into the confinement at its own path): a program that
+        // cannot be started then ends with 127 or 126 and the reason, as a
+        // shell's command line does, rather than as `bwrap` or a spawn
+        // error. (The helper's own calls are the helper.)
+        let helper = super::helper_binary::path().filter(|_| request.helper.is_none());
+        if let (Some(_), Some(helper)) = (&request.argv, helper) {
+            words.extend([helper.into_os_string(), "exec".into(), "--".into()]);
+        }
+        words.extend(request.words()?.into_iter().map(Into::into));
         let cgroups = cgroup::prepare(&cgroup::key(&self.state.run_dir()), self.state.bounds())?;
         let confined = self.state.isolation == Isolation::Confined
             && request.helper != Some(HelperCall::Processes);
@@ -371,7 +381,7 @@ impl Backend for LocalBackend {
                 args.extend(self.egress_bridge()?);
             }
             args.push("--".into());
-            args.extend(shell);
+            args.extend(words);
             Launch {
                 program: confine::BWRAP.into(),
                 args,
@@ -385,10 +395,10 @@ impl Backend for LocalBackend {
                 // The supervisor a background process gets confines it.
                 self.write_confinement().await?;
             }
-            let [program, args @ ..] = shell;
+            let mut words = words.into_iter();
             Launch {
-                program,
-                args: args.to_vec(),
+                program: words.next().unwrap_or_default(),
+                args: words.collect(),
                 // Confined, not even the supervisor gets Berth's own
                 // variables, so the process it starts cannot either.
                 clean_env: (self.state.isolation == Isolation::Confined)
