@@ -12,7 +12,7 @@ from typing import IO, Any, Iterator, Optional, Union
 
 from ._errors import BerthError, _error_class
 from ._sandbox import Sandbox
-from ._types import API, _CHUNK, ExecEvent, _event, _fast_event
+from ._types import API, _CHUNK, ExecEvent, _event
 
 
 def default_socket() -> str:
@@ -151,10 +151,6 @@ class Berth:
             response.close()
             response._berth_conn.close()
 
-    def _events(self, method: str, path: str, **kw: Any) -> Iterator[ExecEvent]:
-        for line in self._lines(method, path, **kw):
-            yield _fast_event(line) or _event(json.loads(line))
-
     def _blocks(self, method: str, path: str, **kw: Any) -> Iterator[bytes]:
         """The body of a streamed response in whole blocks (far cheaper to
         split here than ``readline`` on a chunked body). Closing it — or a
@@ -198,19 +194,6 @@ class Berth:
                 pending = pending[at:]
             if pending:
                 raise BerthError(502, "protocol", "the stream ended inside a frame")
-
-    def _lines(self, method: str, path: str, **kw: Any) -> Iterator[bytes]:
-        """The non-empty lines of a streamed response."""
-        with contextlib.closing(self._blocks(method, path, **kw)) as blocks:
-            pending = b""
-            for block in blocks:
-                pending += block
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line:
-                        yield line
-            if pending.strip():
-                yield pending
 
     # -- the API ------------------------------------------------------------
 

@@ -235,8 +235,8 @@ class Sandbox:
     def logs(self, id: str, *, follow: bool = False, tail: Optional[int] = None) -> Iterator[ExecEvent]:
         """What a background process's log ring keeps, as events; with
         ``follow``, until it exits."""
-        query = {"follow": follow, "tail": tail}
-        yield from self.client._events("GET", f"{self._proc(id)}/logs", query=query)
+        query = {"follow": follow, "tail": tail, "framing": "binary"}
+        yield from self.client._frames("GET", f"{self._proc(id)}/logs", query=query)
 
     def kill(self, id: str, signal: str = "TERM") -> None:
         """Sends a background process a signal."""

@@ -103,21 +103,6 @@ class FileEntry:
     target: Optional[str] = None
 
 
-_STDOUT = b'{"type":"stdout","data":"'
-_STDERR = b'{"type":"stderr","data":"'
-
-
-def _fast_event(line: bytes) -> Optional[ExecEvent]:
-    """An output line as the server writes it, without a JSON parse (most of
-    a big stream's cost); None for anything else."""
-    if line.endswith(b'"}'):
-        if line.startswith(_STDOUT):
-            return ExecEvent("stdout", data=base64.b64decode(line[len(_STDOUT) : -2]))
-        if line.startswith(_STDERR):
-            return ExecEvent("stderr", data=base64.b64decode(line[len(_STDERR) : -2]))
-    return None
-
-
 def _event(d: dict) -> ExecEvent:
     kind = d["type"]
     if kind in ("stdout", "stderr"):

@@ -149,6 +149,11 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.box.process("job").state, "exited")
         out = b"".join(e.data for e in self.box.logs("job") if e.kind == "stdout")
         self.assertEqual(out, b"hello\nbye\n")
+        err = b"".join(e.data for e in self.box.logs("job", tail=1) if e.kind == "stderr")
+        self.assertEqual(err, b"oops\n")
+        with self.assertRaises(BerthError) as refused:
+            self.box.client._json("GET", f"{self.box._path}/processes/job/logs", query={"framing": "morse"})
+        self.assertEqual(refused.exception.status, 400)
         with self.assertRaises(NotFound):
             self.box.process("nope")
 

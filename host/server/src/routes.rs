@@ -62,7 +62,7 @@ pub(crate) fn table() -> Vec<Route> {
         r(Method::GET, "/v1/sandboxes/{name}/processes", "List background processes.", &[], Empty, json::<Vec<api::Process>>(), processes::list),
         r(Method::POST, "/v1/sandboxes/{name}/processes", "Start a background process.", &[], json::<api::DetachBody>(), json::<api::Process>(), processes::detach),
         r(Method::GET, "/v1/sandboxes/{name}/processes/{id}", "One background process.", &[], Empty, json::<api::Process>(), processes::get),
-        r(Method::GET, "/v1/sandboxes/{name}/processes/{id}/logs", "What its log ring keeps, as exec events; with `follow`, until it exits.", &[("follow", false, "Go on until it exits."), ("tail", false, "Start at the last N lines of each stream.")], Empty, lines::<api::ExecLine>(), processes::logs),
+        r(Method::GET, "/v1/sandboxes/{name}/processes/{id}/logs", "What its log ring keeps, as exec events; with `follow`, until it exits.", &[("follow", false, "Go on until it exits."), ("tail", false, "Start at the last N lines of each stream."), ("framing", false, "`json-lines` (the default) or `binary`: as exec's `framing`.")], Empty, lines::<api::ExecLine>(), processes::logs),
         r(Method::POST, "/v1/sandboxes/{name}/processes/{id}/kill", "Send it a signal.", &[], json::<api::SignalBody>(), json::<api::Done>(), processes::kill),
         r(Method::POST, "/v1/sandboxes/{name}/processes/{id}/wait", "Wait for it to exit.", &[], Empty, json::<api::Waited>(), processes::wait),
         r(Method::GET, "/v1/sandboxes/{name}/files/content", "A file's bytes, streamed.", PATH, Empty, Bytes("application/octet-stream"), files::read),

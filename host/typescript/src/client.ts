@@ -218,27 +218,6 @@ export class Berth {
   }
 
   /**
-   * A request whose reply is exec events, one JSON object per line.
-   * Leaving the loop early (`break`, a throw) closes the connection, which
-   * stops the command.
-   */
-  async *events(method: string, urlPath: string, options: RequestOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
-    let pending: Buffer = Buffer.alloc(0);
-    for await (const chunk of this.blocks(method, urlPath, options)) {
-      const block = pending.length ? Buffer.concat([pending, chunk]) : chunk;
-      let start = 0;
-      for (;;) {
-        const end = block.indexOf(10, start);
-        if (end < 0) break;
-        if (end > start) yield parseEvent(block.subarray(start, end));
-        start = end + 1;
-      }
-      pending = block.subarray(start);
-    }
-    if (pending.length && pending.toString("utf8").trim()) yield parseEvent(pending);
-  }
-
-  /**
    * A request whose reply is exec events in binary frames (`framing:
    * "binary"`): a kind byte (1 stdout, 2 stderr, 0 a JSON event), a 4-byte
    * big-endian length, the payload — output with no base64 and no JSON

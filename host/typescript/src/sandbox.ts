@@ -244,8 +244,8 @@ export class Sandbox {
 
   /** What a background process's log ring keeps, as events; with `follow`, until it exits. */
   logs(id: string, options: { follow?: boolean; tail?: number } = {}): AsyncGenerator<ExecEvent, void, undefined> {
-    return this.client.events("GET", `${this.processPath(id)}/logs`, {
-      query: { follow: options.follow ?? false, tail: options.tail },
+    return this.client.frames("GET", `${this.processPath(id)}/logs`, {
+      query: { follow: options.follow ?? false, tail: options.tail, framing: "binary" },
     });
   }
 

@@ -77,6 +77,15 @@ pub(crate) fn logs(inner: Arc<Inner>, call: Call) -> Answer {
     async move {
         let open = inner.open.get(call.param(0)).await?;
         let tail = call.number("tail")?;
+        let framing = match call.query("framing").ok() {
+            None | Some("json-lines") => api::Framing::JsonLines,
+            Some("binary") => api::Framing::Binary,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "`framing` is `json-lines` or `binary`, not {other:?}"
+                )))
+            }
+        };
         let process = open
             .sandbox
             .read()
@@ -84,14 +93,7 @@ pub(crate) fn logs(inner: Arc<Inner>, call: Call) -> Answer {
             .processes()
             .logs(call.param(1), call.flag("follow"), tail)
             .await?;
-        Ok(ndjson(
-            api::Framing::JsonLines,
-            None,
-            process,
-            None,
-            None,
-            None,
-        ))
+        Ok(ndjson(framing, None, process, None, None, None))
     }
     .boxed()
 }
