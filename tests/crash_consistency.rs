@@ -188,11 +188,7 @@ fn trials(snapshot: &str, home: &Path, seed: u64) {
 
 #[test]
 fn killing_stop_never_loses_or_tears_a_snapshot() {
-    let seed = std::env::var("BERTH_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::process::id() as u64 * 2654435761);
-    println!("seed {seed} (BERTH_CRASH_SEED to reproduce)");
+    let seed = berth_tests::seed("BERTH_CRASH_SEED", "killing stop");
 
     let local = tempfile::tempdir().unwrap();
     trials("local", local.path(), seed);

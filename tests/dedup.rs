@@ -24,13 +24,7 @@ use berth_tests::{
 
 /// The seeds `BERTH_DEDUP_SEEDS` names (comma-separated), else `default`.
 pub(crate) fn seeds(default: &[u64]) -> Vec<u64> {
-    match std::env::var("BERTH_DEDUP_SEEDS") {
-        Ok(s) => s
-            .split(',')
-            .map(|x| x.trim().parse().expect("BERTH_DEDUP_SEEDS: numbers"))
-            .collect(),
-        Err(_) => default.to_vec(),
-    }
+    berth_tests::seeds("BERTH_DEDUP_SEEDS", default)
 }
 
 fn sh_in(dir: &Path, script: &str) -> String {

@@ -63,13 +63,7 @@ enum Disaster {
 }
 
 fn seeds(default: &[u64]) -> Vec<u64> {
-    match std::env::var("BERTH_ROUNDTRIP_SEEDS") {
-        Ok(s) => s
-            .split(',')
-            .map(|x| x.trim().parse().expect("BERTH_ROUNDTRIP_SEEDS: numbers"))
-            .collect(),
-        Err(_) => default.to_vec(),
-    }
+    berth_tests::seeds("BERTH_ROUNDTRIP_SEEDS", default)
 }
 
 /// Where a sandbox's workspace really is, read without Berth.

@@ -302,11 +302,7 @@ async fn exec_ok(client: &Client, name: &str, command: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_killed_mid_checkpoint_leaves_the_old_or_the_new_generation_whole() {
     const TRIALS: u32 = 10;
-    let seed = std::env::var("BERTH_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| u64::from(std::process::id()) * 2654435761);
-    println!("server crash mid-checkpoint: seed {seed} (BERTH_CRASH_SEED to reproduce)");
+    let seed = berth_tests::seed("BERTH_CRASH_SEED", "server crash mid-checkpoint");
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
     let mut served = Served::start(&[]);
     let manifest = berth_tests::fs_store_manifest(served.home(), &served.home().join("store"));

@@ -325,6 +325,37 @@ pub async fn resume_from_json(
         .unwrap()
 }
 
+/// The seeds the variable `var` names (comma-separated), else `default`:
+/// a seeded test runs these, and prints which, so a failure can be run
+/// again with exactly its seed.
+pub fn seeds(var: &str, default: &[u64]) -> Vec<u64> {
+    match std::env::var(var) {
+        Ok(s) => s
+            .split(',')
+            .map(|x| {
+                x.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{var}: comma-separated numbers, not {s:?}"))
+            })
+            .collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+/// The seed the variable `var` names, else one new to this run (from the
+/// process id), printed with the variable that repeats it.
+pub fn seed(var: &str, what: &str) -> u64 {
+    let seed = match std::env::var(var) {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{var}: a number, not {s:?}")),
+        Err(_) => u64::from(std::process::id()) * 2654435761,
+    };
+    println!("{what}: seed {seed} ({var} to reproduce)");
+    seed
+}
+
 /// A loopback TCP port free when asked (for a server a test starts).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
