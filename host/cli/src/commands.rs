@@ -30,7 +30,8 @@ enum Command {
     Create(Box<sandboxes::CreateArgs>),
     /// Start a sandbox: reuse, rebuild or restore its workspace.
     Start(sandboxes::StartArgs),
-    /// Run a shell command in a sandbox, its output streamed as it comes;
+    /// Run a command in a sandbox (a shell command line, or words with
+    /// --no-shell), its output streamed as it comes;
     /// its exit code becomes berth's. With --detach, in the background.
     Exec(sandboxes::ExecArgs),
     /// List a sandbox's background processes.
