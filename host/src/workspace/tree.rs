@@ -126,12 +126,10 @@ pub(crate) fn pax_mtime<R: Read>(entry: &mut tar::Entry<'_, R>) -> Option<Timest
     None
 }
 
-/// The canonical tar header of an entry: a PAX extended header when the
-/// time has nanoseconds or a name does not fit (`mtime`, `path`,
-/// `linkpath`, `size`), then a ustar header. One rendering for every
-/// writer, so a tree always gives the same bytes.
-pub fn render_header(entry: &TreeEntry) -> io::Result<Vec<u8>> {
-    let path: Vec<u8> = if entry.path.is_empty() {
+/// The path an entry's header carries: `./` for the root, a directory's
+/// with a trailing `/`.
+fn header_path(entry: &TreeEntry) -> Vec<u8> {
+    if entry.path.is_empty() {
         b"./".to_vec()
     } else if entry.kind == EntryKind::Dir {
         let mut p = entry.path.clone();
@@ -139,14 +137,20 @@ pub fn render_header(entry: &TreeEntry) -> io::Result<Vec<u8>> {
         p
     } else {
         entry.path.clone()
-    };
-    let mut pax: Vec<(&str, Vec<u8>)> = Vec::new();
+    }
+}
+
+/// The PAX records an entry's header needs: its time when it has
+/// nanoseconds or does not fit, its names when they do not fit, its size
+/// when it does not fit.
+fn pax_records<'a>(entry: &'a TreeEntry, path: &'a [u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let mut pax: Vec<(&'static str, Vec<u8>)> = Vec::new();
     if entry.mtime.nsec != 0 || entry.mtime.sec < 0 || entry.mtime.sec > 0o77777777777 {
         pax.push(("mtime", entry.mtime.pax().into_bytes()));
     }
     let fits = |b: &[u8]| b.len() <= 100 && !b.contains(&0);
-    if !fits(&path) {
-        pax.push(("path", path.clone()));
+    if !fits(path) {
+        pax.push(("path", path.to_vec()));
     }
     if !fits(&entry.link) {
         pax.push(("linkpath", entry.link.clone()));
@@ -154,17 +158,47 @@ pub fn render_header(entry: &TreeEntry) -> io::Result<Vec<u8>> {
     if entry.size > 0o77777777777 {
         pax.push(("size", entry.size.to_string().into_bytes()));
     }
+    pax
+}
+
+/// The length of one PAX record, `"len key=value\n"`, where len counts
+/// itself.
+fn pax_record_len(key: &str, value: &[u8]) -> usize {
+    let rest = key.len() + value.len() + 3;
+    let mut len = rest + rest.to_string().len();
+    if len.to_string().len() != rest.to_string().len() {
+        len = rest + len.to_string().len();
+    }
+    len
+}
+
+/// The length of [`render_header`]'s bytes for `entry`, without
+/// rendering them (a stop sums it over every member).
+pub fn header_len(entry: &TreeEntry) -> u64 {
+    let path = header_path(entry);
+    let records: usize = pax_records(entry, &path)
+        .iter()
+        .map(|(key, value)| pax_record_len(key, value))
+        .sum();
+    if records == 0 {
+        512
+    } else {
+        1024 + records as u64 + padding(records as u64)
+    }
+}
+
+/// The canonical tar header of an entry: a PAX extended header when the
+/// time has nanoseconds or a name does not fit (`mtime`, `path`,
+/// `linkpath`, `size`), then a ustar header. One rendering for every
+/// writer, so a tree always gives the same bytes.
+pub fn render_header(entry: &TreeEntry) -> io::Result<Vec<u8>> {
+    let path = header_path(entry);
+    let pax = pax_records(entry, &path);
     let mut out = Vec::with_capacity(512 * if pax.is_empty() { 1 } else { 3 });
     if !pax.is_empty() {
         let mut records = Vec::new();
         for (key, value) in &pax {
-            // "len key=value\n", where len counts itself.
-            let rest = key.len() + value.len() + 3;
-            let mut len = rest + rest.to_string().len();
-            if len.to_string().len() != rest.to_string().len() {
-                len = rest + len.to_string().len();
-            }
-            records.extend_from_slice(len.to_string().as_bytes());
+            records.extend_from_slice(pax_record_len(key, value).to_string().as_bytes());
             records.push(b' ');
             records.extend_from_slice(key.as_bytes());
             records.push(b'=');
@@ -287,5 +321,37 @@ mod tests {
         })
         .unwrap();
         assert_eq!(items, entries);
+    }
+
+    /// `header_len` is the length `render_header` renders, over seeded
+    /// entries with every reason for a PAX header (and none).
+    #[test]
+    fn header_len_is_the_rendered_length() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..2000 {
+            let word = |n: u64| "ab/".repeat(n as usize);
+            let kind = [
+                EntryKind::File,
+                EntryKind::Dir,
+                EntryKind::Symlink,
+                EntryKind::Hardlink,
+            ][(next() % 4) as usize];
+            let path = if next() % 50 == 0 { String::new() } else { word(next() % 60) + "f" };
+            let link = word(next() % 60);
+            let size = match next() % 3 {
+                0 => 0,
+                1 => next() % 100_000,
+                _ => 0o77777777777 + next() % 1000,
+            };
+            let mut e = entry(&path, kind, size, (next() % 3) as u32 * 333_333_333, &link);
+            e.mtime.sec = [1_600_000_000, -5, 0o77777777777 + 1][(next() % 3) as usize];
+            assert_eq!(header_len(&e), render_header(&e).unwrap().len() as u64, "{e:?}");
+        }
     }
 }

@@ -13,8 +13,9 @@ use crate::workspace::tree::{self, EntryKind, FileIdentity, Timestamp, TreeEntry
 /// A chunk's id: the BLAKE3 of its raw bytes.
 pub(super) type ChunkId = [u8; 32];
 
-/// The format version this build writes (it reads this and version 1).
-pub const FORMAT_VERSION: u32 = 2;
+/// The format version this build writes (it reads this and versions 1
+/// and 2).
+pub const FORMAT_VERSION: u32 = 3;
 /// A pack is closed once it holds this many stored bytes.
 pub(super) const PACK_TARGET_BYTES: u64 = 32 * 1024 * 1024;
 /// The most a pack may be (a chunk that starts below the target can end
@@ -27,6 +28,7 @@ pub(super) const MAX_INDEX_BYTES: u64 = 128 * 1024 * 1024;
 const PACK_MAGIC: &[u8; 8] = b"BERTHPK1";
 const INDEX_MAGIC: &[u8; 8] = b"BERTHIX1";
 const INDEX_MAGIC_V2: &[u8; 8] = b"BERTHIX2";
+const INDEX_MAGIC_V3: &[u8; 8] = b"BERTHIX3";
 /// The prefix of a version-2 seal (a digest of the tree and its chunk ids,
 /// not of the tar's bytes).
 pub(super) const TREE_SEAL_PREFIX: &str = "tree:blake3:";
@@ -308,7 +310,10 @@ pub(super) fn decode_chunk_with(
 
 #[path = "format_index.rs"]
 mod index;
+#[path = "format_members.rs"]
+mod members;
 pub(super) use index::{Index, IndexEntry, IndexHeader, Member, Segment};
+pub(super) use members::{for_each_block, BlockRef};
 
 #[cfg(test)]
 mod tests {
@@ -378,6 +383,7 @@ mod tests {
             },
             entries,
             members: Vec::new(),
+            blocks: Vec::new(),
         }
     }
 
@@ -407,7 +413,7 @@ mod tests {
             chunks,
         };
         i.members = vec![file("", 0, 0, 0), file("a", 0, 1, 20), file("b", 1, 2, 40)];
-        i.header.tar_size = i.rendered_size().unwrap();
+        i.header.tar_size = i.rendered_size();
         i.header.tar_digest = i.tree_seal();
         i
     }

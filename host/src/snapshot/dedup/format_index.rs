@@ -1,6 +1,7 @@
 //! The binary index of a generation: its header, one entry per chunk
 //! and the members (files, directories, links) that the chunks make up.
 
+use super::members::{decode_block, decode_members, encode_location, encode_member, Fields};
 use super::*;
 
 /// The index header (JSON inside the binary index).
@@ -62,8 +63,11 @@ pub(in crate::snapshot::dedup) struct Index {
     pub header: IndexHeader,
     /// The chunks, in tar order.
     pub entries: Vec<IndexEntry>,
-    /// Version 2: the members; empty in version 1.
+    /// Version 2 and 3: the members; empty in version 1.
     pub members: Vec<Member>,
+    /// Version 3: where the blocks of members are stored (the index
+    /// object holds these; the members and chunks come from the blocks).
+    pub blocks: Vec<BlockRef>,
 }
 
 /// A piece of the tar a generation renders.
@@ -81,21 +85,27 @@ impl Index {
         let header = serde_json::to_vec(&self.header).unwrap_or_default();
         let mut out =
             Vec::with_capacity(8 + 4 + header.len() + 8 + self.entries.len() * INDEX_ENTRY + 32);
-        out.extend_from_slice(if self.header.version >= 2 {
-            INDEX_MAGIC_V2
-        } else {
-            INDEX_MAGIC
+        out.extend_from_slice(match self.header.version {
+            1 => INDEX_MAGIC,
+            2 => INDEX_MAGIC_V2,
+            _ => INDEX_MAGIC_V3,
         });
         out.extend_from_slice(&(header.len() as u32).to_le_bytes());
         out.extend_from_slice(&header);
+        if self.header.version >= 3 {
+            out.extend_from_slice(&(self.blocks.len() as u64).to_le_bytes());
+            for b in &self.blocks {
+                b.encode(&mut out);
+            }
+            let sum = blake3::hash(&out);
+            out.extend_from_slice(sum.as_bytes());
+            return out;
+        }
         out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
         for e in &self.entries {
             out.extend_from_slice(&e.chunk);
             out.extend_from_slice(&e.pack.to_le_bytes());
-            out.extend_from_slice(&e.location.offset.to_le_bytes());
-            out.extend_from_slice(&e.location.stored_len.to_le_bytes());
-            out.extend_from_slice(&e.location.raw_len.to_le_bytes());
-            out.push(e.location.codec.byte());
+            encode_location(&e.location, &mut out);
         }
         if self.header.version >= 2 {
             out.extend_from_slice(&(self.members.len() as u64).to_le_bytes());
@@ -110,14 +120,20 @@ impl Index {
 
     /// Parses and checks an index: checksum, version, and that every entry
     /// points into a listed pack and the entries add up to the tar.
+    /// Version 3 reads as an *outline*: the header and the blocks, with no
+    /// members or chunks until [`Index::complete`] reads the blocks.
     pub(in crate::snapshot::dedup) fn decode(bytes: &[u8]) -> Result<Index, FormatError> {
         let kind = "index";
-        if bytes.len() < 8 + 4 + 8 + 32
-            || (&bytes[..8] != INDEX_MAGIC && &bytes[..8] != INDEX_MAGIC_V2)
-        {
+        let magic_version = match bytes.get(..8) {
+            Some(m) if m == INDEX_MAGIC => 1,
+            Some(m) if m == INDEX_MAGIC_V2 => 2,
+            Some(m) if m == INDEX_MAGIC_V3 => 3,
+            _ => 0,
+        };
+        if bytes.len() < 8 + 4 + 8 + 32 || magic_version == 0 {
             return Err(malformed(kind, "no index magic"));
         }
-        let v2 = &bytes[..8] == INDEX_MAGIC_V2;
+        let v2 = magic_version == 2;
         let (body, sum) = bytes.split_at(bytes.len() - 32);
         let actual = blake3::hash(body);
         if actual.as_bytes() != sum {
@@ -137,11 +153,25 @@ impl Index {
         }
         let version: Version = serde_json::from_slice(&body[12..header_end])
             .map_err(|e| malformed(kind, e.to_string()))?;
-        if version.version != if v2 { 2 } else { 1 } {
+        if version.version != magic_version {
             return Err(FormatError::Version(version.version));
         }
         let header: IndexHeader = serde_json::from_slice(&body[12..header_end])
             .map_err(|e| malformed(kind, e.to_string()))?;
+        for p in &header.packs {
+            if names::parse_pack(p).is_none() {
+                return Err(malformed(kind, format!("{p:?} is not a pack name")));
+            }
+        }
+        if magic_version == 3 {
+            let blocks = BlockRef::decode_all(&body[header_end..], header.packs.len())?;
+            return Ok(Index {
+                header,
+                entries: Vec::new(),
+                members: Vec::new(),
+                blocks,
+            });
+        }
         let count = u64::from_le_bytes(
             body[header_end..header_end + 8]
                 .try_into()
@@ -159,33 +189,20 @@ impl Index {
         }
         let mut entries = Vec::with_capacity(count as usize);
         let mut total = 0u64;
-        for e in rest.chunks_exact(INDEX_ENTRY) {
-            let mut chunk = [0u8; 32];
-            chunk.copy_from_slice(&e[..32]);
-            let pack = u32::from_le_bytes(e[32..36].try_into().unwrap_or_default());
+        let mut f = Fields(rest);
+        while !f.0.is_empty() {
+            let chunk = f.id()?;
+            let pack = f.u32()?;
             if pack as usize >= header.packs.len() {
                 return Err(malformed(kind, "an entry points past the pack list"));
             }
-            let location = ChunkLocation {
-                offset: u64::from_le_bytes(e[36..44].try_into().unwrap_or_default()),
-                stored_len: u32::from_le_bytes(e[44..48].try_into().unwrap_or_default()),
-                raw_len: u32::from_le_bytes(e[48..52].try_into().unwrap_or_default()),
-                codec: Codec::from_byte(e[52], kind)?,
-            };
-            if location.offset + location.stored_len as u64 > MAX_PACK_BYTES {
-                return Err(malformed(kind, "an entry points past the largest pack"));
-            }
+            let location = f.location()?;
             total += location.raw_len as u64;
             entries.push(IndexEntry {
                 chunk,
                 pack,
                 location,
             });
-        }
-        for p in &header.packs {
-            if names::parse_pack(p).is_none() {
-                return Err(malformed(kind, format!("{p:?} is not a pack name")));
-            }
         }
         if !v2 {
             if total != header.tar_size {
@@ -201,6 +218,7 @@ impl Index {
                 header,
                 entries,
                 members: Vec::new(),
+                blocks: Vec::new(),
             });
         }
         let members = decode_members(member_bytes, &entries)?;
@@ -208,10 +226,50 @@ impl Index {
             header,
             entries,
             members,
+            blocks: Vec::new(),
         };
-        let size = index
-            .rendered_size()
-            .map_err(|e| malformed(kind, e.to_string()))?;
+        index.check_tree()?;
+        Ok(index)
+    }
+
+    /// Version 3: reads the members and chunks from the blocks of an
+    /// outline ([`Index::decode`]); `raw_block` gives each block's raw
+    /// bytes (it is checked against its id here). Then the tree is checked
+    /// as a version-2 index is: sizes, the rendered length, the seal.
+    pub(in crate::snapshot::dedup) fn complete(
+        &mut self,
+        mut raw_block: impl FnMut(&BlockRef) -> Result<Vec<u8>, FormatError>,
+    ) -> Result<(), FormatError> {
+        if self.header.version < 3 || !self.members.is_empty() {
+            return Ok(());
+        }
+        let packs: std::collections::HashMap<&str, u32> = self
+            .header
+            .packs
+            .iter()
+            .enumerate()
+            .map(|(n, p)| (p.as_str(), n as u32))
+            .collect();
+        let mut entries = Vec::new();
+        let mut members = Vec::new();
+        for block in &self.blocks {
+            let raw = raw_block(block)?;
+            if blake3::hash(&raw).as_bytes() != &block.id {
+                return Err(FormatError::Chunk(hex::encode(block.id)));
+            }
+            decode_block(&raw, block.members, &packs, &mut entries, &mut members)?;
+        }
+        self.entries = entries;
+        self.members = members;
+        self.check_tree()
+    }
+
+    /// A version-2 or 3 tree's checks: the members render `tar_size`
+    /// bytes and seal to `tar_digest`.
+    fn check_tree(&self) -> Result<(), FormatError> {
+        let kind = "index";
+        let index = self;
+        let size = index.rendered_size();
         if size != index.header.tar_size {
             return Err(malformed(
                 kind,
@@ -228,7 +286,7 @@ impl Index {
                 index.header.tar_digest
             )));
         }
-        Ok(index)
+        Ok(())
     }
 
     /// Version 2: the seal of the members (identities left out) and
@@ -267,13 +325,13 @@ impl Index {
     }
 
     /// Version 2: the length of the tar the members render.
-    pub(in crate::snapshot::dedup) fn rendered_size(&self) -> io::Result<u64> {
+    pub(in crate::snapshot::dedup) fn rendered_size(&self) -> u64 {
         let mut size = tree::END_OF_ARCHIVE as u64;
         for m in &self.members {
-            size += tree::render_header(&m.entry)?.len() as u64;
+            size += tree::header_len(&m.entry);
             size += m.entry.size + tree::padding(m.entry.size);
         }
-        Ok(size)
+        size
     }
 
     /// The tar, as pieces: version 1, its chunks; version 2, each
@@ -309,149 +367,4 @@ impl Index {
         }
         order
     }
-}
-
-fn encode_member(m: &Member, out: &mut Vec<u8>) {
-    let e = &m.entry;
-    out.push(e.kind.byte());
-    out.extend_from_slice(&(e.path.len() as u32).to_le_bytes());
-    out.extend_from_slice(&e.path);
-    out.extend_from_slice(&e.mode.to_le_bytes());
-    out.extend_from_slice(&e.size.to_le_bytes());
-    out.extend_from_slice(&e.mtime.sec.to_le_bytes());
-    out.extend_from_slice(&e.mtime.nsec.to_le_bytes());
-    out.extend_from_slice(&(e.link.len() as u32).to_le_bytes());
-    out.extend_from_slice(&e.link);
-    out.extend_from_slice(&m.first_chunk.to_le_bytes());
-    out.extend_from_slice(&m.chunks.to_le_bytes());
-    match &e.identity {
-        None => out.push(0),
-        Some(id) => {
-            out.push(1);
-            out.extend_from_slice(&id.dev.to_le_bytes());
-            out.extend_from_slice(&id.ino.to_le_bytes());
-            out.extend_from_slice(&id.ctime.sec.to_le_bytes());
-            out.extend_from_slice(&id.ctime.nsec.to_le_bytes());
-        }
-    }
-}
-
-/// Reads fixed-size fields off the front of a byte slice.
-struct Fields<'a>(&'a [u8]);
-
-impl<'a> Fields<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
-        if self.0.len() < n {
-            return Err(malformed("index", "a member runs past the end"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn u8(&mut self) -> Result<u8, FormatError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, FormatError> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().unwrap_or_default(),
-        ))
-    }
-    fn u64(&mut self) -> Result<u64, FormatError> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().unwrap_or_default(),
-        ))
-    }
-    fn time(&mut self) -> Result<Timestamp, FormatError> {
-        let sec = self.u64()? as i64;
-        let nsec = self.u32()?;
-        if nsec >= 1_000_000_000 {
-            return Err(malformed("index", "a time's nanoseconds are out of range"));
-        }
-        Ok(Timestamp { sec, nsec })
-    }
-    fn bytes(&mut self, max: usize) -> Result<Vec<u8>, FormatError> {
-        let n = self.u32()? as usize;
-        if n > max {
-            return Err(malformed("index", "a member's name is too long"));
-        }
-        Ok(self.take(n)?.to_vec())
-    }
-}
-
-/// The members of a version-2 index: their chunk runs must cover the
-/// chunk list exactly, in order, and add up to each file's size.
-fn decode_members(bytes: &[u8], entries: &[IndexEntry]) -> Result<Vec<Member>, FormatError> {
-    let kind = "index";
-    let mut f = Fields(bytes);
-    let count = f.u64()?;
-    if count > (bytes.len() / 40) as u64 + 1 {
-        return Err(malformed(
-            kind,
-            "its member count does not match its length",
-        ));
-    }
-    let mut members = Vec::with_capacity(count as usize);
-    let mut next_chunk = 0u64;
-    for _ in 0..count {
-        let kind_byte = f.u8()?;
-        let entry_kind = EntryKind::from_byte(kind_byte)
-            .ok_or_else(|| malformed(kind, format!("unknown member kind {kind_byte}")))?;
-        let path = f.bytes(64 * 1024)?;
-        let mode = f.u32()?;
-        let size = f.u64()?;
-        let mtime = f.time()?;
-        let link = f.bytes(64 * 1024)?;
-        let first_chunk = f.u64()?;
-        let chunks = f.u32()?;
-        let identity = match f.u8()? {
-            0 => None,
-            1 => Some(FileIdentity {
-                dev: f.u64()?,
-                ino: f.u64()?,
-                ctime: f.time()?,
-            }),
-            _ => return Err(malformed(kind, "a member's identity flag is not 0 or 1")),
-        };
-        if first_chunk != next_chunk {
-            return Err(malformed(kind, "its members' chunks are not in order"));
-        }
-        let end = first_chunk
-            .checked_add(chunks as u64)
-            .filter(|e| *e <= entries.len() as u64)
-            .ok_or_else(|| malformed(kind, "a member's chunks run past the chunk list"))?;
-        let total: u64 = entries[first_chunk as usize..end as usize]
-            .iter()
-            .map(|c| c.location.raw_len as u64)
-            .sum();
-        if total != size || (entry_kind != EntryKind::File && size != 0) {
-            return Err(malformed(
-                kind,
-                format!(
-                    "member {:?} is {size} bytes but its chunks hold {total}",
-                    String::from_utf8_lossy(&path)
-                ),
-            ));
-        }
-        next_chunk = end;
-        members.push(Member {
-            entry: TreeEntry {
-                path,
-                kind: entry_kind,
-                mode,
-                size,
-                mtime,
-                link,
-                identity,
-            },
-            first_chunk,
-            chunks,
-        });
-    }
-    if next_chunk != entries.len() as u64 || !f.0.is_empty() {
-        return Err(malformed(
-            kind,
-            "its members do not cover its chunks exactly",
-        ));
-    }
-    Ok(members)
 }

@@ -91,6 +91,7 @@ mod tests {
             },
             entries: Vec::new(),
             members: Vec::new(),
+            blocks: Vec::new(),
         })
     }
 

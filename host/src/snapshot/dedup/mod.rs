@@ -22,10 +22,12 @@ mod format_error;
 mod gc;
 mod generations;
 mod index_cache;
+mod pack_builder;
 mod packing;
 mod persist;
 mod record;
 mod restore;
+mod tree_packs;
 #[cfg(test)]
 mod tests;
 
@@ -353,12 +355,20 @@ impl DedupSnapshot {
         if let Some(packs) = self.indexes.packs(object) {
             return Ok(packs);
         }
-        let index = self.fetch_index(object).await?;
+        let index = self.fetch_outline(object).await?;
         self.indexes.remember_packs(object, &index);
         Ok(index.header.packs.into())
     }
 
+    /// An index from the store, checked, with its members.
     async fn fetch_index(&self, object: &str) -> Result<Index, StoreError> {
+        let outline = self.fetch_outline(object).await?;
+        self.complete_index(object, outline).await
+    }
+
+    /// An index object from the store, checked: version 3 without its
+    /// blocks read (its header and pack list are whole).
+    async fn fetch_outline(&self, object: &str) -> Result<Index, StoreError> {
         let bytes = self.fetch_small(object, MAX_INDEX_BYTES, "index").await?;
         Index::decode(&bytes).map_err(|source| damaged(object.to_string(), source))
     }

@@ -4,15 +4,13 @@
 //! new chunks into packs, handed back one by one for upload.
 
 use std::collections::HashMap;
-use std::io::BufWriter;
 use std::path::PathBuf;
 
 use tokio::sync::mpsc;
 
 use super::chunker::{Chunker, ChunkerParams};
-use super::format::{
-    names, ChunkId, ChunkLocation, Codec, IndexEntry, Member, PackWriter, PACK_TARGET_BYTES,
-};
+use super::format::{ChunkId, ChunkLocation, Codec, IndexEntry, Member};
+use super::pack_builder::{Built, PackBuilder};
 use crate::store_error::StoreError;
 use crate::workspace::tree::{self, EntryKind, TreeItem, WalkStats};
 
@@ -48,16 +46,7 @@ pub(super) fn start(
     let (pack_tx, pack_rx) = mpsc::channel::<FinishedPack>(1);
     let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<(ChunkId, Vec<u8>)>(8);
     let (spare_tx, spare_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
-    let builder = PackBuilder {
-        tag: inputs.tag,
-        compressor: zstd::bulk::Compressor::new(inputs.zstd_level)
-            .map_err(local("starting the compressor"))?,
-        open: None,
-        spool: inputs.spool,
-        packs: Vec::new(),
-        locations: Vec::new(),
-        done: pack_tx,
-    };
+    let builder = PackBuilder::new(inputs.tag, inputs.zstd_level, inputs.spool, pack_tx)?;
     let building = std::thread::Builder::new()
         .name("berth-packs".into())
         .spawn(move || builder.run(chunk_rx, spare_tx))
@@ -446,100 +435,4 @@ enum Known {
     /// New in this stop: the entry that first had it (its place comes
     /// from the pack builder at the end).
     Pending(usize),
-}
-
-/// What the pack builder made: the new packs, and each new chunk's
-/// place (pack number among the new packs), in the order sent.
-struct Built {
-    packs: Vec<String>,
-    locations: Vec<(u32, ChunkLocation)>,
-}
-
-/// The pack builder: on a thread of its own (the second core), it
-/// compresses the new chunks and writes them into packs, handing each
-/// finished pack to the uploader.
-struct PackBuilder {
-    tag: String,
-    compressor: zstd::bulk::Compressor<'static>,
-    open: Option<(PackWriter<BufWriter<std::fs::File>>, tempfile::TempPath)>,
-    spool: PathBuf,
-    packs: Vec<String>,
-    locations: Vec<(u32, ChunkLocation)>,
-    done: mpsc::Sender<FinishedPack>,
-}
-
-impl PackBuilder {
-    fn run(
-        mut self,
-        chunks: std::sync::mpsc::Receiver<(ChunkId, Vec<u8>)>,
-        spare: std::sync::mpsc::SyncSender<Vec<u8>>,
-    ) -> Result<Built, StoreError> {
-        for (id, raw) in chunks {
-            self.add(id, &raw)?;
-            let _ = spare.try_send(raw);
-        }
-        self.close_pack()?;
-        Ok(Built {
-            packs: self.packs,
-            locations: self.locations,
-        })
-    }
-
-    fn add(&mut self, id: ChunkId, raw: &[u8]) -> Result<(), StoreError> {
-        let compressed = self.compressor.compress(raw).ok();
-        let (stored, codec) = match &compressed {
-            Some(c) if c.len() < raw.len() - raw.len() / 32 => (c.as_slice(), Codec::Zstd),
-            _ => (raw, Codec::Raw),
-        };
-        if self.open.is_none() {
-            let file = tempfile::Builder::new()
-                .prefix(".berth-pack-")
-                .tempfile_in(&self.spool)
-                .map_err(local("creating a pack file"))?;
-            let (file, path) = file.into_parts();
-            self.open = Some((
-                PackWriter::new(BufWriter::with_capacity(1 << 20, file)),
-                path,
-            ));
-        }
-        let pack = self.packs.len() as u32;
-        let Some((writer, _)) = self.open.as_mut() else {
-            return Ok(());
-        };
-        let location = writer
-            .add(id, raw.len() as u32, stored, codec)
-            .map_err(local("writing a pack file"))?;
-        let full = writer.len() >= PACK_TARGET_BYTES;
-        self.locations.push((pack, location));
-        if full {
-            self.close_pack()?;
-        }
-        Ok(())
-    }
-
-    /// Finishes the open pack (if any) and hands it to the uploader.
-    fn close_pack(&mut self) -> Result<(), StoreError> {
-        let Some((writer, path)) = self.open.take() else {
-            return Ok(());
-        };
-        let (out, hash, size) = writer.finish().map_err(local("writing a pack file"))?;
-        // Flushed, not synced: the spool is read back by the uploader, and
-        // durability is the store's job.
-        drop(out.into_inner().map_err(|e| StoreError::Local {
-            what: "writing a pack file",
-            source: e.into_error(),
-        })?);
-        let name = names::pack(&self.tag, &hash);
-        self.packs.push(name.clone());
-        self.done
-            .blocking_send(FinishedPack {
-                name,
-                file: path,
-                size,
-            })
-            .map_err(|_| StoreError::Local {
-                what: "handing a pack to the uploader",
-                source: std::io::Error::other("the upload stopped"),
-            })
-    }
 }

@@ -22,14 +22,14 @@ use super::packing::{local, FinishedPack, Packed, ParentRun};
 use super::record::{Changes, Generation, StopStats};
 use super::{is_not_found, DedupSnapshot};
 use crate::store_error::StoreError;
-use crate::workspace::tree::KnownFiles;
+use crate::workspace::tree::{KnownFiles, WalkStats};
 
 /// Bytes read from a tar at a time.
 const READ_PIECE: usize = 256 * 1024;
 
 /// Upload counters.
 #[derive(Default)]
-struct Uploaded {
+pub(super) struct Uploaded {
     bytes: u64,
     calls: u64,
     packs: Vec<String>,
@@ -142,9 +142,28 @@ impl DedupSnapshot {
                 source: std::io::Error::other(e.to_string()),
             })?
         };
-        let (mut up, packed) = tokio::try_join!(self.upload_packs(number, pack_rx), packed)?;
-        self.commit(number, parent, packed, &mut up, instance, started)
+        let (up, packed) = tokio::try_join!(
+            self.upload_packs(number, pack_rx, Uploaded::default()),
+            packed
+        )?;
+        let walk = packed.walk;
+        let (index, counts) = build_index(
+            self,
+            number,
+            parent.as_ref().map(|p| &p.0),
+            packed,
+            instance,
+        );
+        let (index, mut up) = self
+            .store_blocks(number, index, parent.as_ref().map(|p| p.1.clone()), up)
             .await?;
+        let stop = Stop {
+            number,
+            walk,
+            counts,
+            started,
+        };
+        self.commit(stop, parent, index, &mut up).await?;
         self.tidy_after_commit(&up).await;
         Ok(())
     }
@@ -169,14 +188,15 @@ impl DedupSnapshot {
     }
 
     /// Uploads each pack as the packer finishes it, after the journal that
-    /// names it (so garbage collection can find the packs of a stop that
-    /// dies before its index), and admits it to the pack cache.
-    async fn upload_packs(
+    /// names it and every pack `up` counts (so garbage collection can find
+    /// the packs of a stop that dies before its index), and admits it to
+    /// the pack cache.
+    pub(super) async fn upload_packs(
         &self,
         number: u64,
         mut pack_rx: mpsc::Receiver<FinishedPack>,
+        mut up: Uploaded,
     ) -> Result<Uploaded, StoreError> {
-        let mut up = Uploaded::default();
         while let Some(pack) = pack_rx.recv().await {
             up.packs.push(pack.name.clone());
             let journal = serde_json::to_vec(&serde_json::json!({
@@ -208,25 +228,21 @@ impl DedupSnapshot {
         Ok(up)
     }
 
-    /// Builds and uploads generation `number`'s index — the commit point —
-    /// and records the generation with what the stop did.
+    /// Uploads generation `number`'s index — the commit point — and
+    /// records the generation with what the stop did.
     async fn commit(
         &self,
-        number: u64,
+        stop: Stop,
         parent: Option<(Generation, Arc<Index>)>,
-        packed: Packed,
+        index: Index,
         up: &mut Uploaded,
-        instance: Option<String>,
-        started: std::time::Instant,
     ) -> Result<(), StoreError> {
-        let walk = packed.walk;
-        let (index, counts) = build_index(
-            self,
+        let Stop {
             number,
-            parent.as_ref().map(|p| &p.0),
-            packed,
-            instance,
-        )?;
+            walk,
+            counts,
+            started,
+        } = stop;
         let changes = match &parent {
             Some((_, p)) => Changes::between(p, &index),
             None => Some(Changes::all_new(&index)),
@@ -339,6 +355,14 @@ impl Stored {
     }
 }
 
+/// What a stop knows besides its index and uploads, for its record.
+struct Stop {
+    number: u64,
+    walk: WalkStats,
+    counts: Counts,
+    started: std::time::Instant,
+}
+
 /// The counts a stop reports besides its uploads.
 struct Counts {
     chunks: u64,
@@ -354,7 +378,7 @@ fn build_index(
     parent: Option<&Generation>,
     packed: Packed,
     instance: Option<String>,
-) -> Result<(Index, Counts), StoreError> {
+) -> (Index, Counts) {
     // Renumbered to the packs the entries use, each name once.
     let mut renumber: Vec<Option<u32>> = vec![None; packed.packs.len()];
     let mut by_name: HashMap<String, u32> = HashMap::new();
@@ -395,10 +419,9 @@ fn build_index(
         },
         entries,
         members: packed.members,
+        blocks: Vec::new(),
     };
-    index.header.tar_size = index
-        .rendered_size()
-        .map_err(local("rendering the workspace's headers"))?;
+    index.header.tar_size = index.rendered_size();
     index.header.tar_digest = index.tree_seal();
-    Ok((index, counts))
+    (index, counts)
 }

@@ -141,11 +141,11 @@ fn decode_all(
 const OUT_BATCH: usize = 1 << 20;
 
 /// A pack on local disk for the length of a restore.
-struct LocalPack {
-    path: PathBuf,
+pub(super) struct LocalPack {
+    pub(super) path: PathBuf,
     /// It came from the cache (checked by size and trailer only; its
     /// chunks are checked as they are read).
-    cached: bool,
+    pub(super) cached: bool,
     /// Removed when the restore ends, unless the pack went to the cache.
     _temp: Option<tempfile::TempPath>,
 }
@@ -261,7 +261,7 @@ impl DedupSnapshot {
 
     /// A pack on local disk, checked against its name: from the cache, or
     /// downloaded (at most [`MAX_PACK_BYTES`]).
-    async fn fetch_pack(&self, name: &str) -> Result<LocalPack, StoreError> {
+    pub(super) async fn fetch_pack(&self, name: &str) -> Result<LocalPack, StoreError> {
         let Some((_, expected)) = names::parse_pack(name) else {
             return Err(damaged(
                 name.to_string(),
