@@ -342,7 +342,11 @@ mod tests {
                 EntryKind::Symlink,
                 EntryKind::Hardlink,
             ][(next() % 4) as usize];
-            let path = if next() % 50 == 0 { String::new() } else { word(next() % 60) + "f" };
+            let path = if next() % 50 == 0 {
+                String::new()
+            } else {
+                word(next() % 60) + "f"
+            };
             let link = word(next() % 60);
             let size = match next() % 3 {
                 0 => 0,
@@ -351,7 +355,11 @@ mod tests {
             };
             let mut e = entry(&path, kind, size, (next() % 3) as u32 * 333_333_333, &link);
             e.mtime.sec = [1_600_000_000, -5, 0o77777777777 + 1][(next() % 3) as usize];
-            assert_eq!(header_len(&e), render_header(&e).unwrap().len() as u64, "{e:?}");
+            assert_eq!(
+                header_len(&e),
+                render_header(&e).unwrap().len() as u64,
+                "{e:?}"
+            );
         }
     }
 }

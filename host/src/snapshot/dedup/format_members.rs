@@ -53,7 +53,10 @@ impl BlockRef {
         let mut f = Fields(bytes);
         let count = f.u64()?;
         if count.checked_mul(BLOCK_REF as u64) != Some(f.0.len() as u64) {
-            return Err(malformed("index", "its block count does not match its length"));
+            return Err(malformed(
+                "index",
+                "its block count does not match its length",
+            ));
         }
         let mut blocks = Vec::with_capacity(count as usize);
         for _ in 0..count {
@@ -95,7 +98,7 @@ pub(in crate::snapshot::dedup) fn for_each_block<E>(
             hash.as_bytes()[2],
             hash.as_bytes()[3],
         ]);
-        if word % BLOCK_CUT_MODULUS == 0 || block.body.len() >= BLOCK_TARGET_BYTES {
+        if word.is_multiple_of(BLOCK_CUT_MODULUS) || block.body.len() >= BLOCK_TARGET_BYTES {
             let (raw, count) = block.finish(&index.header.packs);
             emit(&raw, count)?;
         }

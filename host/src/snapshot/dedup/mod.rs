@@ -27,9 +27,9 @@ mod packing;
 mod persist;
 mod record;
 mod restore;
-mod tree_packs;
 #[cfg(test)]
 mod tests;
+mod tree_packs;
 
 use std::sync::{Arc, Mutex};
 

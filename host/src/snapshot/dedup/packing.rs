@@ -14,6 +14,10 @@ use super::pack_builder::{Built, PackBuilder};
 use crate::store_error::StoreError;
 use crate::workspace::tree::{self, EntryKind, TreeItem, WalkStats};
 
+/// Walk items handed from the walk's thread to the packer at a time (a
+/// piece of a file's content goes at once, so memory stays bounded).
+const WALK_BATCH: usize = 256;
+
 /// What packing starts from: the parent's (and a fork base's) chunks and
 /// files, and how to build packs.
 pub(super) struct Inputs {
@@ -214,25 +218,42 @@ impl Packer {
             }
             TreeSource::Walk(walk) => {
                 // The walk reads on its own thread while this one chunks.
-                let (tx, rx) = std::sync::mpsc::sync_channel::<TreeItem>(16);
+                // Entries go in batches: one hand-over per entry cost a
+                // thread wake-up each (most of a no-change stop's time).
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<TreeItem>>(4);
                 let walker = std::thread::Builder::new()
                     .name("berth-walk".into())
                     .spawn(move || {
-                        walk(&mut |item| {
-                            tx.send(item).map_err(|_| {
-                                std::io::Error::new(
-                                    std::io::ErrorKind::BrokenPipe,
-                                    "the packer stopped",
-                                )
-                            })
-                        })
+                        let stopped = || {
+                            std::io::Error::new(
+                                std::io::ErrorKind::BrokenPipe,
+                                "the packer stopped",
+                            )
+                        };
+                        let mut batch = Vec::with_capacity(WALK_BATCH);
+                        let walked = walk(&mut |item| {
+                            let data = matches!(item, TreeItem::Data(_));
+                            batch.push(item);
+                            if data || batch.len() >= WALK_BATCH {
+                                let full =
+                                    std::mem::replace(&mut batch, Vec::with_capacity(WALK_BATCH));
+                                tx.send(full).map_err(|_| stopped())?;
+                            }
+                            Ok(())
+                        });
+                        if walked.is_ok() && !batch.is_empty() {
+                            tx.send(batch).map_err(|_| stopped())?;
+                        }
+                        walked
                     })
                     .map_err(local("starting the workspace walk"))?;
                 let mut failed = None;
-                for item in rx {
-                    if let Err(e) = self.item(item) {
-                        failed = Some(e);
-                        break;
+                'batches: for batch in rx {
+                    for item in batch {
+                        if let Err(e) = self.item(item) {
+                            failed = Some(e);
+                            break 'batches;
+                        }
                     }
                 }
                 let walked = walker.join().map_err(|_| StoreError::Local {

@@ -282,3 +282,94 @@ async fn a_damaged_index_or_a_mismatched_record_is_refused() {
     );
     assert!(sink.is_empty());
 }
+
+/// Format version 3 as a user's stops meet it: a stop with no change
+/// uploads the index alone (a few KiB for thousands of files, whose
+/// members take hundreds); a one-file change adds one small tree pack;
+/// an index's blocks never come from more than [`MAX_TREE_PACKS`] + 1
+/// packs; every generation restores in a fresh process; and a version-2
+/// index written before still restores and is the next stop's parent.
+#[tokio::test(flavor = "multi_thread")]
+async fn version_3_stops_write_what_changed_and_read_back_fresh() {
+    use super::tree_packs::MAX_TREE_PACKS;
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let options = || DedupOptions::default().keep(100);
+    let mut contents: Vec<(String, Vec<u8>)> = (0..3000)
+        .map(|n| {
+            (
+                format!("src/m{:02}/file-{n:05}.txt", n % 37),
+                big(n as u8, 100 + n % 300),
+            )
+        })
+        .collect();
+    let tar = |c: &[(String, Vec<u8>)]| {
+        let files: Vec<(&str, &[u8])> = c.iter().map(|(p, d)| (p.as_str(), d.as_slice())).collect();
+        tar_of(&files)
+    };
+    let s = DedupSnapshot::new(id("v3"), client.clone(), options());
+    s.persist(&mut &tar(&contents)[..]).await.unwrap();
+    // Generation 1 rewritten as version 2, as an older Berth wrote it.
+    let first = s.record().head().cloned().unwrap();
+    let mut v2 = (*restored_index(&s).await).clone();
+    v2.header.version = 2;
+    v2.blocks.clear();
+    let v2_bytes = v2.encode();
+    client
+        .upload(&first.index, &mut &v2_bytes[..])
+        .await
+        .unwrap();
+    let fresh = |record| DedupSnapshot::resume(id("v3"), client.clone(), record, false, options());
+    let old = fresh(s.record());
+    assert_eq!(restored_index(&old).await.header.version, 2);
+    assert_eq!(tree(&restored(&old).await), tree(&tar(&contents)));
+    // Its next stop deduplicates against it and writes version 3.
+    old.persist(&mut &tar(&contents)[..]).await.unwrap();
+    let stats = old.record().last_stop.unwrap();
+    assert_eq!(stats.new_bytes, 0, "{stats:?}");
+    // No change: the index alone, far smaller than the members.
+    old.persist(&mut &tar(&contents)[..]).await.unwrap();
+    let stats = old.record().last_stop.unwrap();
+    assert_eq!(stats.upload_calls, 1, "{stats:?}");
+    assert!(
+        stats.uploaded_bytes < 16 * 1024,
+        "{stats:?} (v2: {} B)",
+        v2_bytes.len()
+    );
+    let mut expected = vec![(old.record().head().unwrap().number, tar(&contents))];
+    let mut compactions = 0;
+    for round in 0..20usize {
+        let at = (round * 677) % contents.len();
+        contents[at].1 = big(200 + round as u8, 150);
+        old.persist(&mut &tar(&contents)[..]).await.unwrap();
+        let stats = old.record().last_stop.unwrap();
+        let number = old.record().head().unwrap().number;
+        expected.push((number, tar(&contents)));
+        let index = restored_index(&fresh(old.record())).await;
+        assert_eq!(index.header.version, FORMAT_VERSION);
+        let packs: std::collections::HashSet<u32> = index.blocks.iter().map(|b| b.pack).collect();
+        assert!(
+            packs.len() <= MAX_TREE_PACKS + 1,
+            "round {round}: {} tree packs",
+            packs.len()
+        );
+        // Small, or a compaction: every block again, in one tree pack.
+        if stats.uploaded_bytes >= 64 * 1024 {
+            assert_eq!(packs.len(), 1, "round {round}: {stats:?}");
+            compactions += 1;
+        }
+    }
+    assert!(
+        compactions <= 20 / MAX_TREE_PACKS,
+        "{compactions} compactions"
+    );
+    for (number, tar) in expected.iter().step_by(4) {
+        let reader = fresh(old.record());
+        reader.select_generation(*number).unwrap();
+        assert_eq!(
+            tree(&restored(&reader).await),
+            tree(tar),
+            "generation {number}"
+        );
+    }
+}

@@ -75,9 +75,9 @@ impl DedupSnapshot {
         }
         let mut packs: HashMap<u32, LocalPack> = HashMap::new();
         for block in &index.blocks {
-            if !packs.contains_key(&block.pack) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = packs.entry(block.pack) {
                 let name = &index.header.packs[block.pack as usize];
-                packs.insert(block.pack, self.fetch_pack(name).await?);
+                slot.insert(self.fetch_pack(name).await?);
             }
         }
         let object = object.to_string();
@@ -110,12 +110,11 @@ impl DedupSnapshot {
                     &stored,
                     &mut raw,
                 )
-                .map_err(|e| {
+                .inspect_err(|_| {
                     if let Some(p) = packs.get(&block.pack).filter(|p| p.cached) {
                         tracing::warn!(pack = %pack_name, "a cached tree pack is damaged; removed it from the cache");
                         let _ = std::fs::remove_file(&p.path);
                     }
-                    e
                 })?;
                 Ok(raw)
             });
