@@ -358,17 +358,19 @@ impl Walk<'_> {
 
     fn dir(&mut self, rel: &Path) -> io::Result<()> {
         let dir = self.root.join(rel);
-        let mut names: Vec<_> = std::fs::read_dir(&dir)?
-            .map(|e| e.map(|e| e.file_name()))
+        let mut entries: Vec<(std::ffi::OsString, std::fs::DirEntry)> = std::fs::read_dir(&dir)?
+            .map(|e| e.map(|e| (e.file_name(), e)))
             .collect::<Result<_, _>>()?;
-        names.sort();
-        for name in names {
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, dir_entry) in entries {
             let rel_path = rel.join(&name);
             if self.exclude.iter().any(|x| rel_path.starts_with(x)) {
                 continue;
             }
-            let full = self.root.join(&rel_path);
-            let meta = match std::fs::symlink_metadata(&full) {
+            let full = dir.join(&name);
+            // Relative to the open directory (`fstatat`): no walk of the
+            // whole path per entry.
+            let meta = match dir_entry.metadata() {
                 Ok(m) => m,
                 // Removed since the directory was listed (the sandbox is
                 // not frozen): not part of this generation.
