@@ -77,6 +77,23 @@ impl DedupSnapshot {
     /// Deletes (or, with `dry_run`, lists) the objects of this snapshot that
     /// no retained generation needs. Run it under the sandbox's lock.
     pub async fn collect_garbage(&self, dry_run: bool) -> Result<GcReport, StoreError> {
+        self.collect(dry_run, false).await
+    }
+
+    /// The collection after a stop's commit: as [`Self::collect_garbage`],
+    /// but a journal this process removed (or found absent) since it last
+    /// wrote one is not looked for again (a round trip per checkpoint). A
+    /// journal another process left is found by the next `gc` or by the
+    /// first collection of a process that resumes the sandbox.
+    pub(super) async fn collect_after_commit(&self) -> Result<GcReport, StoreError> {
+        self.collect(false, true).await
+    }
+
+    async fn collect(
+        &self,
+        dry_run: bool,
+        trust_absent_journal: bool,
+    ) -> Result<GcReport, StoreError> {
         let mut record = self.record();
         record.drop_beyond_keep();
         let mut report = GcReport {
@@ -104,9 +121,19 @@ impl DedupSnapshot {
             }
         }
         let journal_id = names::journal(self.id.as_str());
-        if let Some(packs) = self.journal_packs().await? {
-            report.journal = true;
-            candidates.extend(packs);
+        let journal_absent = trust_absent_journal
+            && self
+                .journal_absent
+                .load(std::sync::atomic::Ordering::SeqCst);
+        if !journal_absent {
+            match self.journal_packs().await? {
+                Some(packs) => {
+                    report.journal = true;
+                    candidates.extend(packs);
+                }
+                None if !dry_run => self.journal_gone(true),
+                None => {}
+            }
         }
         // What is kept matters only when something may go.
         let mut referenced = BTreeSet::new();
@@ -144,6 +171,7 @@ impl DedupSnapshot {
                 Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e),
             }
+            self.journal_gone(true);
         }
         for i in &report.indexes {
             self.indexes.forget(i);

@@ -30,6 +30,7 @@ mod restore;
 #[cfg(test)]
 mod tests;
 mod tree_packs;
+mod uploads;
 
 use std::sync::{Arc, Mutex};
 
@@ -177,6 +178,9 @@ pub struct DedupSnapshot {
     indexes: index_cache::IndexCache,
     /// What the next stop's generation records about why it was made.
     next_note: Mutex<Option<GenerationNote>>,
+    /// This process removed the journal, or saw there was none, and wrote
+    /// none since: garbage collection need not look for one.
+    journal_absent: std::sync::atomic::AtomicBool,
 }
 
 impl DedupSnapshot {
@@ -209,6 +213,7 @@ impl DedupSnapshot {
             interrupted,
             indexes: index_cache::IndexCache::default(),
             next_note: Mutex::new(None),
+            journal_absent: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -298,6 +303,12 @@ impl DedupSnapshot {
         if let Ok(mut n) = self.next_note.lock() {
             *n = Some(note);
         }
+    }
+
+    /// Records whether the journal is known to be absent from the store.
+    fn journal_gone(&self, gone: bool) {
+        self.journal_absent
+            .store(gone, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn take_note(&self) -> Option<GenerationNote> {

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use super::format::{names, Index, IndexEntry, IndexHeader, FORMAT_VERSION};
 use super::format::{ChunkId, ChunkLocation};
 pub(crate) use super::packing::TreeSource;
-use super::packing::{local, FinishedPack, Packed, ParentRun};
+use super::packing::{Packed, ParentRun};
 use super::record::{Changes, Generation, StopStats};
 use super::{is_not_found, DedupSnapshot};
 use crate::store_error::StoreError;
@@ -27,13 +27,7 @@ use crate::workspace::tree::{KnownFiles, WalkStats};
 /// Bytes read from a tar at a time.
 const READ_PIECE: usize = 256 * 1024;
 
-/// Upload counters.
-#[derive(Default)]
-pub(super) struct Uploaded {
-    bytes: u64,
-    calls: u64,
-    packs: Vec<String>,
-}
+pub(super) use super::uploads::Uploaded;
 
 impl DedupSnapshot {
     /// The generation to deduplicate against (and restore): the current
@@ -142,7 +136,7 @@ impl DedupSnapshot {
                 source: std::io::Error::other(e.to_string()),
             })?
         };
-        let (up, packed) = tokio::try_join!(
+        let ((up, held), packed) = tokio::try_join!(
             self.upload_packs(number, pack_rx, Uploaded::default()),
             packed
         )?;
@@ -155,7 +149,13 @@ impl DedupSnapshot {
             instance,
         );
         let (index, mut up) = self
-            .store_blocks(number, index, parent.as_ref().map(|p| p.1.clone()), up)
+            .store_blocks(
+                number,
+                index,
+                parent.as_ref().map(|p| p.1.clone()),
+                up,
+                held,
+            )
             .await?;
         let stop = Stop {
             number,
@@ -185,47 +185,6 @@ impl DedupSnapshot {
             }
         }
         stored
-    }
-
-    /// Uploads each pack as the packer finishes it, after the journal that
-    /// names it and every pack `up` counts (so garbage collection can find
-    /// the packs of a stop that dies before its index), and admits it to
-    /// the pack cache.
-    pub(super) async fn upload_packs(
-        &self,
-        number: u64,
-        mut pack_rx: mpsc::Receiver<FinishedPack>,
-        mut up: Uploaded,
-    ) -> Result<Uploaded, StoreError> {
-        while let Some(pack) = pack_rx.recv().await {
-            up.packs.push(pack.name.clone());
-            let journal = serde_json::to_vec(&serde_json::json!({
-                "snapshot": self.id.as_str(),
-                "generation": number,
-                "packs": up.packs,
-            }))
-            .unwrap_or_default();
-            self.client
-                .upload(&names::journal(self.id.as_str()), &mut &journal[..])
-                .await?;
-            up.calls += 1;
-            up.bytes += journal.len() as u64;
-            let mut file = tokio::fs::File::open(&pack.file)
-                .await
-                .map_err(local("reading a pack file"))?;
-            self.client.upload(&pack.name, &mut file).await?;
-            up.calls += 1;
-            up.bytes += pack.size;
-            match &self.options.cache {
-                Some(cache) => {
-                    if let Err(e) = cache.admit(pack.file, &pack.name) {
-                        tracing::debug!(error = %e, "could not keep a pack in the cache");
-                    }
-                }
-                None => drop(pack.file),
-            }
-        }
-        Ok(up)
     }
 
     /// Uploads generation `number`'s index — the commit point — and
@@ -298,13 +257,15 @@ impl DedupSnapshot {
     /// stop or `gc` retries), so they are logged, not returned.
     async fn tidy_after_commit(&self, up: &Uploaded) {
         if !up.packs.is_empty() {
-            if let Err(e) = self.client.delete(&names::journal(self.id.as_str())).await {
-                if !is_not_found(&e) {
-                    tracing::warn!(error = %e, "removing the stop's journal failed; garbage collection removes it");
+            match self.client.delete(&names::journal(self.id.as_str())).await {
+                Ok(()) => self.journal_gone(true),
+                Err(e) if is_not_found(&e) => self.journal_gone(true),
+                Err(e) => {
+                    tracing::warn!(error = %e, "removing the stop's journal failed; garbage collection removes it")
                 }
             }
         }
-        if let Err(e) = self.collect_garbage(false).await {
+        if let Err(e) = self.collect_after_commit().await {
             tracing::warn!(snapshot = %self.id, error = %e,
                 "collecting dropped generations failed; the next stop or garbage collection retries");
         }

@@ -32,15 +32,17 @@ enum Place {
 }
 
 impl DedupSnapshot {
-    /// Stores `index`'s blocks (the new ones in tree packs, uploaded after
-    /// the journal names them, as data packs are) and records where each
-    /// is in the index: its `blocks`, and the tree packs in its `packs`.
+    /// Stores `index`'s blocks (the new ones in tree packs, uploaded with
+    /// `held`, the packer's last pack, under one journal) and records
+    /// where each is in the index: its `blocks`, and the tree packs in its
+    /// `packs`.
     pub(super) async fn store_blocks(
         &self,
         number: u64,
         index: Index,
         parent: Option<Arc<Index>>,
-        up: Uploaded,
+        mut up: Uploaded,
+        held: Option<FinishedPack>,
     ) -> Result<(Index, Uploaded), StoreError> {
         let (pack_tx, pack_rx) = mpsc::channel::<FinishedPack>(1);
         let builder = PackBuilder::new(
@@ -59,7 +61,16 @@ impl DedupSnapshot {
                 source: std::io::Error::other(e.to_string()),
             })?
         };
-        let (up, index) = tokio::try_join!(self.upload_packs(number, pack_rx, up), placed)?;
+        let collect = async {
+            let mut packs: Vec<FinishedPack> = held.into_iter().collect();
+            let mut pack_rx = pack_rx;
+            while let Some(pack) = pack_rx.recv().await {
+                packs.push(pack);
+            }
+            Ok::<_, StoreError>(packs)
+        };
+        let (packs, index) = tokio::try_join!(collect, placed)?;
+        self.upload_journaled(number, packs, &mut up).await?;
         Ok((index, up))
     }
 
