@@ -14,6 +14,9 @@ use super::pack_builder::{Built, PackBuilder};
 use crate::store_error::StoreError;
 use crate::workspace::tree::{self, EntryKind, TreeItem, WalkStats};
 
+/// New chunks queued for the pack builder (and buffers it hands back).
+const CHUNKS_QUEUED: usize = 4;
+
 /// Walk items handed from the walk's thread to the packer at a time (a
 /// piece of a file's content goes at once, so memory stays bounded).
 const WALK_BATCH: usize = 256;
@@ -48,8 +51,11 @@ pub(super) fn start(
     spent: mpsc::Sender<Vec<u8>>,
 ) -> Result<(PackingTask, mpsc::Receiver<FinishedPack>), StoreError> {
     let (pack_tx, pack_rx) = mpsc::channel::<FinishedPack>(1);
-    let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<(ChunkId, Vec<u8>)>(8);
-    let (spare_tx, spare_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+    // Chunks are up to 1 MiB each: the queue and the buffers handed back
+    // are what a stop's memory grows with, so both stay short.
+    let (chunk_tx, chunk_rx) =
+        std::sync::mpsc::sync_channel::<(ChunkId, Vec<u8>)>(CHUNKS_QUEUED);
+    let (spare_tx, spare_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(CHUNKS_QUEUED);
     let builder = PackBuilder::new(inputs.tag, inputs.zstd_level, inputs.spool, pack_tx)?;
     let building = std::thread::Builder::new()
         .name("berth-packs".into())
