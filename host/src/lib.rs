@@ -53,6 +53,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+pub mod allocator;
 mod archive_dir;
 pub mod backend;
 pub mod byte_pipe;

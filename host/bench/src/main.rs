@@ -70,6 +70,8 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
 }
 
 fn main() -> ExitCode {
+    // As the `berth` binary does: the probes measure what it would use.
+    berth::allocator::bound_allocator_retention();
     let args = BenchArgs::parse();
     // Before any thread exists: it sets SSL_CERT_FILE for the egress
     // daemons the secrets rows start.

@@ -93,6 +93,7 @@ impl Berth {
 }
 
 fn main() -> ExitCode {
+    berth::allocator::bound_allocator_retention();
     let args = commands::Cli::parse_with_hints();
     logging::init(args.is_serve());
     // One TLS crypto provider for the process (Docker over TLS, registries),

@@ -9,8 +9,19 @@ use std::path::PathBuf;
 use tokio::sync::mpsc;
 
 use super::format::{names, ChunkId, ChunkLocation, Codec, PackWriter, PACK_TARGET_BYTES};
-use super::packing::{local, FinishedPack};
 use crate::store_error::StoreError;
+
+/// A pack ready to upload.
+pub(super) struct FinishedPack {
+    pub(super) name: String,
+    pub(super) file: tempfile::TempPath,
+    pub(super) size: u64,
+}
+
+/// A local failure, saying what was being done.
+pub(super) fn local(what: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
+    move |source| StoreError::Local { what, source }
+}
 
 /// What the pack builder made: the new packs, and each new chunk's
 /// place (pack number among the new packs), in the order added.

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use super::chunker::{Chunker, ChunkerParams};
 use super::format::{ChunkId, ChunkLocation, Codec, IndexEntry, Member};
+pub(super) use super::pack_builder::{local, FinishedPack};
 use super::pack_builder::{Built, PackBuilder};
 use crate::store_error::StoreError;
 use crate::workspace::tree::{self, EntryKind, TreeItem, WalkStats};
@@ -53,8 +54,7 @@ pub(super) fn start(
     let (pack_tx, pack_rx) = mpsc::channel::<FinishedPack>(1);
     // Chunks are up to 1 MiB each: the queue and the buffers handed back
     // are what a stop's memory grows with, so both stay short.
-    let (chunk_tx, chunk_rx) =
-        std::sync::mpsc::sync_channel::<(ChunkId, Vec<u8>)>(CHUNKS_QUEUED);
+    let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<(ChunkId, Vec<u8>)>(CHUNKS_QUEUED);
     let (spare_tx, spare_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(CHUNKS_QUEUED);
     let builder = PackBuilder::new(inputs.tag, inputs.zstd_level, inputs.spool, pack_tx)?;
     let building = std::thread::Builder::new()
@@ -93,13 +93,6 @@ pub(crate) enum TreeSource {
     Tar(mpsc::Receiver<Vec<u8>>),
     /// A walk: runs on its own thread and hands items on.
     Walk(crate::backend::TreeWalk),
-}
-
-/// A pack ready to upload.
-pub(super) struct FinishedPack {
-    pub(super) name: String,
-    pub(super) file: tempfile::TempPath,
-    pub(super) size: u64,
 }
 
 /// What the packer made of the tree.
@@ -143,10 +136,6 @@ struct Packer {
     new_chunks: u64,
     new_bytes: u64,
     limits: crate::workspace::ArchiveLimits,
-}
-
-pub(super) fn local(what: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
-    move |source| StoreError::Local { what, source }
 }
 
 /// A tar's pieces, from the async reader, as a blocking `Read`.

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use super::format::{decode_chunk_with, for_each_block, BlockRef, ChunkId, ChunkLocation, Index};
 use super::format_error::{damaged, FormatError};
 use super::pack_builder::PackBuilder;
-use super::packing::{local, FinishedPack};
+use super::pack_builder::{local, FinishedPack};
 use super::persist::Uploaded;
 use super::restore::LocalPack;
 use super::DedupSnapshot;

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::format::names;
-use super::packing::{local, FinishedPack};
+use super::pack_builder::{local, FinishedPack};
 use super::DedupSnapshot;
 use crate::store_error::StoreError;
 
