@@ -36,9 +36,12 @@ fn id(s: &str) -> SnapshotId {
     SnapshotId::parse(s).unwrap()
 }
 
+/// A tree as [`tree`] reads it: path, mode, mtime, content.
+type Tree = Vec<(String, u32, u64, Vec<u8>)>;
+
 /// A tar's entries and contents (a restore renders the canonical tar of
 /// the same tree, not the same bytes).
-fn tree(tar: &[u8]) -> Vec<(String, u32, u64, Vec<u8>)> {
+fn tree(tar: &[u8]) -> Tree {
     let mut out = Vec::new();
     let mut archive = tar::Archive::new(tar);
     for e in archive.entries().unwrap() {
@@ -371,5 +374,163 @@ async fn version_3_stops_write_what_changed_and_read_back_fresh() {
             tree(tar),
             "generation {number}"
         );
+    }
+}
+
+/// A chain of 200 generations, each a seeded random edit of a 2,000-file
+/// tree (files rewritten, added, removed): every 20th restores, in a fresh
+/// process, to what it was; no index needs more than
+/// [`MAX_TREE_PACKS`] + 1 tree packs; and after the keep shrinks to 60
+/// halfway and garbage is collected, every kept generation still
+/// restores and the store holds no pack the kept ones do not list
+/// (`BERTH_TEST_SEED` varies the edits).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_of_200_generations_restores_and_collects() {
+    use super::tree_packs::MAX_TREE_PACKS;
+    let seed = std::env::var("BERTH_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(42u64);
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let mut files: std::collections::BTreeMap<String, Vec<u8>> = (0..2000)
+        .map(|n| {
+            (
+                format!("d{:02}/f{n:05}", n % 40),
+                big(n as u8, 64 + n % 200),
+            )
+        })
+        .collect();
+    let tar = |f: &std::collections::BTreeMap<String, Vec<u8>>| {
+        let list: Vec<(&str, &[u8])> = f.iter().map(|(p, d)| (p.as_str(), d.as_slice())).collect();
+        tar_of(&list)
+    };
+    let s = DedupSnapshot::new(
+        id("chain"),
+        client.clone(),
+        DedupOptions::default().keep(200),
+    );
+    let mut expected = std::collections::BTreeMap::new();
+    let mut fresh_id = 10_000u64;
+    for step in 0..200u64 {
+        for _ in 0..(1 + next() % 5) {
+            let keys: Vec<String> = files.keys().cloned().collect();
+            let key = keys[(next() % keys.len() as u64) as usize].clone();
+            match next() % 3 {
+                0 => {
+                    files.insert(key, big(next() as u8, 50 + (next() % 300) as usize));
+                }
+                1 => {
+                    fresh_id += 1;
+                    files.insert(
+                        format!("d{:02}/new{fresh_id}", next() % 45),
+                        big(step as u8, 80),
+                    );
+                }
+                _ => {
+                    files.remove(&key);
+                }
+            }
+        }
+        let t = tar(&files);
+        s.persist(&mut &t[..]).await.unwrap();
+        let number = s.record().head().unwrap().number;
+        if number.is_multiple_of(20) {
+            expected.insert(number, tree(&t));
+        }
+        if step == 100 {
+            // The keep shrinks to 60, as `--keep 60` on a later start.
+            let mut record = s.record();
+            record.keep = 60;
+            let shrunk = DedupSnapshot::resume(
+                id("chain"),
+                client.clone(),
+                record,
+                false,
+                DedupOptions::default(),
+            );
+            shrunk.collect_garbage(false).await.unwrap();
+            expected.retain(|n, _| *n > number - 60);
+            // The rest of the chain continues from the shrunk record.
+            let t = tar(&files);
+            shrunk.persist(&mut &t[..]).await.unwrap();
+            return finish_chain(shrunk, client, dir, expected, files, &mut next, tar).await;
+        }
+    }
+    unreachable!("the chain shrinks its keep at step 100");
+
+    async fn finish_chain(
+        s: DedupSnapshot,
+        client: Arc<dyn RemoteSnapshotClient>,
+        dir: tempfile::TempDir,
+        mut expected: std::collections::BTreeMap<u64, Tree>,
+        mut files: std::collections::BTreeMap<String, Vec<u8>>,
+        next: &mut impl FnMut() -> u64,
+        tar: impl Fn(&std::collections::BTreeMap<String, Vec<u8>>) -> Vec<u8>,
+    ) {
+        for step in 0..100u64 {
+            let keys: Vec<String> = files.keys().cloned().collect();
+            let key = keys[(next() % keys.len() as u64) as usize].clone();
+            files.insert(key, big((step + next()) as u8, 100));
+            let t = tar(&files);
+            s.persist(&mut &t[..]).await.unwrap();
+            let number = s.record().head().unwrap().number;
+            if number.is_multiple_of(20) {
+                expected.insert(number, tree(&t));
+            }
+        }
+        let record = s.record();
+        let kept: std::collections::BTreeSet<u64> =
+            record.generations.iter().map(|g| g.number).collect();
+        assert_eq!(kept.len(), 60, "{kept:?}");
+        expected.retain(|n, _| kept.contains(n));
+        assert!(expected.len() >= 2, "{expected:?}");
+        let mut listed = std::collections::BTreeSet::new();
+        for (number, want) in &expected {
+            let reader = DedupSnapshot::resume(
+                id("chain"),
+                client.clone(),
+                record.clone(),
+                false,
+                DedupOptions::default(),
+            );
+            reader.select_generation(*number).unwrap();
+            assert_eq!(&tree(&restored(&reader).await), want, "generation {number}");
+            let index = restored_index(&reader).await;
+            let packs: std::collections::HashSet<u32> =
+                index.blocks.iter().map(|b| b.pack).collect();
+            assert!(
+                packs.len() <= MAX_TREE_PACKS + 1,
+                "generation {number}: {} tree packs",
+                packs.len()
+            );
+        }
+        for g in &record.generations {
+            listed.extend(s.packs_of(&g.index).await.unwrap().iter().cloned());
+        }
+        let stored: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_suffix(".tar")
+                    .map(String::from)
+            })
+            .filter(|n| names::parse_pack(n).is_some())
+            .collect();
+        for p in &stored {
+            assert!(
+                listed.contains(p),
+                "{p} is stored but no kept generation lists it"
+            );
+        }
     }
 }
