@@ -24,6 +24,10 @@ use crate::store_error::StoreError;
 /// writes every block again (compaction).
 pub(super) const MAX_TREE_PACKS: usize = 8;
 
+/// A block of the new index as the first encoding found it: where the
+/// parent holds it, or its bytes.
+type Found<'a> = Result<(&'a str, ChunkLocation), Vec<u8>>;
+
 /// Where a block of the new index is: reused from a pack the parent
 /// lists, or new in the `n`th pack this stop builds.
 enum Place {
@@ -157,38 +161,49 @@ fn place_blocks(
                 .collect()
         })
         .unwrap_or_default();
-    let mut ids = Vec::new();
-    for_each_block::<()>(index, |raw, _| {
-        ids.push(*blake3::hash(raw).as_bytes());
+    // One encoding of the blocks: every block's id, and where the parent
+    // holds it or, for a new one, its bytes.
+    let mut blocks: Vec<(ChunkId, u32, Found<'_>)> = Vec::new();
+    for_each_block::<()>(index, |raw, members| {
+        let id = *blake3::hash(raw).as_bytes();
+        let found = held.get(&id).copied().ok_or_else(|| raw.to_vec());
+        blocks.push((id, members, found));
         Ok(())
     })
     .ok();
-    let spread: HashSet<&str> = ids
+    let spread: HashSet<&str> = blocks
         .iter()
-        .filter_map(|id| held.get(id).map(|(pack, _)| *pack))
+        .filter_map(|(_, _, found)| found.as_ref().ok().map(|(pack, _)| *pack))
         .collect();
-    let reuse = spread.len() <= MAX_TREE_PACKS;
-    let mut placed: Vec<(Place, BlockRef)> = Vec::with_capacity(ids.len());
-    for_each_block(index, |raw, members| {
-        let id = *blake3::hash(raw).as_bytes();
-        let (place, location) = match held.get(&id).filter(|_| reuse) {
-            Some((pack, location)) => (Place::Listed(pack.to_string()), *location),
-            None => {
-                let (n, location) = builder.add(id, raw)?;
-                (Place::New(n), location)
-            }
-        };
-        placed.push((
-            place,
-            BlockRef {
-                id,
-                pack: 0,
-                location,
-                members,
-            },
-        ));
-        Ok::<(), StoreError>(())
-    })?;
+    let block_ref = |id, members, location| BlockRef {
+        id,
+        pack: 0,
+        location,
+        members,
+    };
+    let mut placed: Vec<(Place, BlockRef)> = Vec::with_capacity(blocks.len());
+    if spread.len() <= MAX_TREE_PACKS {
+        for (id, members, found) in blocks {
+            let (place, location) = match found {
+                Ok((pack, location)) => (Place::Listed(pack.to_string()), location),
+                Err(raw) => {
+                    let (n, location) = builder.add(id, &raw)?;
+                    (Place::New(n), location)
+                }
+            };
+            placed.push((place, block_ref(id, members, location)));
+        }
+    } else {
+        // Compaction: every block into new tree packs, encoded again (only
+        // the new ones' bytes were kept).
+        let mut ids = blocks.into_iter().map(|(id, _, _)| id);
+        for_each_block(index, |raw, members| {
+            let id = ids.next().unwrap_or_else(|| *blake3::hash(raw).as_bytes());
+            let (n, location) = builder.add(id, raw)?;
+            placed.push((Place::New(n), block_ref(id, members, location)));
+            Ok::<(), StoreError>(())
+        })?;
+    }
     let built = builder.finish()?;
     let mut numbers: HashMap<String, u32> = index
         .header
