@@ -76,6 +76,8 @@ pub mod snapshot_id;
 pub mod store_error;
 pub use berth_base::units;
 use berth_base::user_cache;
+#[cfg(test)]
+mod test_rng;
 pub mod workspace;
 
 pub use backend::{Backend, BackendError, BackendState, ExecRequest, ExecResult};

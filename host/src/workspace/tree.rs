@@ -327,13 +327,7 @@ mod tests {
     /// entries with every reason for a PAX header (and none).
     #[test]
     fn header_len_is_the_rendered_length() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_rng::xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..2000 {
             let word = |n: u64| "ab/".repeat(n as usize);
             let kind = [
@@ -342,7 +336,7 @@ mod tests {
                 EntryKind::Symlink,
                 EntryKind::Hardlink,
             ][(next() % 4) as usize];
-            let path = if next() % 50 == 0 {
+            let path = if next().is_multiple_of(50) {
                 String::new()
             } else {
                 word(next() % 60) + "f"

@@ -495,13 +495,7 @@ mod tests {
     /// A seeded tree of `files` files in a few directories, one chunk
     /// each, sealed as a stop seals it.
     fn generated(seed: u64, files: usize) -> Index {
-        let mut rng = seed | 1;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = crate::test_rng::xorshift(seed);
         let mut i = index_v2();
         i.header.version = FORMAT_VERSION;
         i.entries.clear();
@@ -631,16 +625,11 @@ mod tests {
     /// (seeded; `BERTH_TEST_SEED` to vary).
     #[test]
     fn one_changed_member_changes_at_most_two_blocks() {
-        let seed = std::env::var("BERTH_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(11u64);
+        let seed = crate::test_rng::seed(11);
         let mut i = generated(seed, 5000);
-        let mut rng = seed | 1;
+        let mut next = crate::test_rng::xorshift(seed);
         for round in 0..60 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
+            let rng = next();
             let (before, _) = outline_of(&i);
             let at = 1 + (rng as usize % (i.members.len() - 1));
             match round % 3 {

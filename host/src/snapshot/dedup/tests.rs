@@ -64,6 +64,21 @@ fn tree(tar: &[u8]) -> Tree {
     out
 }
 
+/// The packs the directory store at `dir` holds, by name.
+fn stored_packs(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".tar")
+                .map(String::from)
+        })
+        .filter(|n| names::parse_pack(n).is_some())
+        .collect()
+}
+
 async fn restored(snapshot: &DedupSnapshot) -> Vec<u8> {
     let mut out = Vec::new();
     snapshot.restore(&mut out).await.unwrap();
@@ -193,15 +208,8 @@ async fn garbage_collection_deletes_only_its_own_unreferenced_packs() {
     assert!(!client.exists(&names::index("a", 1)).await.unwrap());
     let kept = restored_index(&a).await.header.packs.clone();
     let tag = names::owner_tag("a");
-    let stored: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_suffix(".tar")
-                .map(String::from)
-        })
+    let stored: Vec<String> = stored_packs(dir.path())
+        .into_iter()
         .filter(|n| names::parse_pack(n).is_some_and(|(t, _)| t == tag))
         .collect();
     assert!(!stored.is_empty());
@@ -387,17 +395,7 @@ async fn version_3_stops_write_what_changed_and_read_back_fresh() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_chain_of_200_generations_restores_and_collects() {
     use super::tree_packs::MAX_TREE_PACKS;
-    let seed = std::env::var("BERTH_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(42u64);
-    let mut rng = seed | 1;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut next = crate::test_rng::xorshift(crate::test_rng::seed(42));
     let dir = tempfile::tempdir().unwrap();
     let client = store(dir.path());
     let mut files: std::collections::BTreeMap<String, Vec<u8>> = (0..2000)
@@ -515,17 +513,7 @@ async fn a_chain_of_200_generations_restores_and_collects() {
         for g in &record.generations {
             listed.extend(s.packs_of(&g.index).await.unwrap().iter().cloned());
         }
-        let stored: Vec<String> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .flatten()
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()?
-                    .strip_suffix(".tar")
-                    .map(String::from)
-            })
-            .filter(|n| names::parse_pack(n).is_some())
-            .collect();
+        let stored = stored_packs(dir.path());
         for p in &stored {
             assert!(
                 listed.contains(p),
