@@ -716,7 +716,8 @@ fn last_stop(s: &Setup, name: &str) -> berth::snapshot::StopStats {
 /// container (the agent's walk, with its files cache): after a small
 /// change the second stop reads and uploads about that change, not the
 /// workspace; the newest generation comes back in a new task once the
-/// container is removed; and a fork of a swarm sandbox is a swarm sandbox
+/// container is removed, with the root's own time (a stop then seals
+/// what the last one did); and a fork of a swarm sandbox is a swarm sandbox
 /// that starts from the source's stop and shares its chunks.
 #[test]
 fn deduplicated_stops_walk_on_the_node_and_forks_stay_on_the_swarm() {
@@ -743,8 +744,19 @@ fn deduplicated_stops_walk_on_the_node_and_forks_stay_on_the_swarm() {
     assert!(second.read_bytes < 1 << 20, "the walk read {second:?}");
     assert!(second.files_unchanged >= 1, "{second:?}");
     let want = s.exec("dd", "sha256sum big.bin src/note");
+    let sealed = berth_state(s.home(), "dd").snapshot.digest;
+    let root_time = s.exec("dd", "stat -c %y .");
     s.remove_container("dd");
     assert_eq!(s.exec("dd", "sha256sum big.bin src/note"), want);
+    // No change, no new content: the restore put the root's own time back
+    // in the new task, so a stop now seals what the last one did.
+    assert_eq!(s.exec("dd", "stat -c %y ."), root_time, "the root's time");
+    berth_ok(s.home(), &["stop", "dd"]);
+    assert_eq!(
+        berth_state(s.home(), "dd").snapshot.digest,
+        sealed,
+        "an unchanged workspace was sealed anew after its restore on the swarm"
+    );
 
     berth_ok(s.home(), &["fork", "dd", "ff"]);
     assert_eq!(berth_state(s.home(), "ff").backend.kind, "swarm");
