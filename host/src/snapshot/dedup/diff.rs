@@ -2,7 +2,7 @@
 //! (format version 2 records every entry): `berth diff`, and the counts
 //! `berth history` shows.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -65,24 +65,44 @@ impl TreeDiff {
     }
 }
 
-/// A member as a person sees the path: a hardlink is the file it is
-/// another name of (its kind, size and content), so a change through
-/// one name shows on both, and a link broken by a copy is no change.
-fn seen<'a>(index: &'a Index, m: &'a Member) -> &'a Member {
-    if m.entry.kind != EntryKind::Hardlink {
-        return m;
+/// An index's members by path (borrowed: nothing is copied).
+struct ByPath<'a> {
+    index: &'a Index,
+    members: HashMap<&'a [u8], usize>,
+}
+
+impl<'a> ByPath<'a> {
+    fn new(index: &'a Index) -> Self {
+        ByPath {
+            index,
+            members: index
+                .members
+                .iter()
+                .enumerate()
+                .map(|(n, m)| (m.entry.path.as_slice(), n))
+                .collect(),
+        }
     }
-    index
-        .members
-        .iter()
-        .find(|t| t.entry.path == m.entry.link && t.entry.kind == EntryKind::File)
-        .unwrap_or(m)
+
+    /// A member as a person sees the path: a hardlink is the file it is
+    /// another name of (its kind, size and content), so a change through
+    /// one name shows on both, and a link broken by a copy is no change.
+    fn seen(&self, m: &'a Member) -> &'a Member {
+        if m.entry.kind != EntryKind::Hardlink {
+            return m;
+        }
+        self.members
+            .get(m.entry.link.as_slice())
+            .map(|&n| &self.index.members[n])
+            .filter(|t| t.entry.kind == EntryKind::File)
+            .unwrap_or(m)
+    }
 }
 
 /// What differs between two members of the same path.
-fn differences(a_index: &Index, a: &Member, b_index: &Index, b: &Member) -> Vec<&'static str> {
+fn differences(a_side: &ByPath, a: &Member, b_side: &ByPath, b: &Member) -> Vec<&'static str> {
     let mut what = Vec::new();
-    let (fa, fb) = (seen(a_index, a), seen(b_index, b));
+    let (fa, fb) = (a_side.seen(a), b_side.seen(b));
     if fa.entry.kind != fb.entry.kind {
         what.push("kind");
     }
@@ -92,9 +112,11 @@ fn differences(a_index: &Index, a: &Member, b_index: &Index, b: &Member) -> Vec<
     if fa.entry.size != fb.entry.size {
         what.push("size");
     }
-    let ids =
-        |i: &Index, m: &Member| -> Vec<[u8; 32]> { i.run(m).iter().map(|c| c.chunk).collect() };
-    if fa.entry.kind == fb.entry.kind && ids(a_index, fa) != ids(b_index, fb) {
+    let same_chunks = || {
+        let (ra, rb) = (a_side.index.run(fa), b_side.index.run(fb));
+        ra.len() == rb.len() && ra.iter().zip(rb).all(|(x, y)| x.chunk == y.chunk)
+    };
+    if fa.entry.kind == fb.entry.kind && !same_chunks() {
         what.push("content");
     }
     if fa.entry.kind == EntryKind::Symlink && a.entry.link != b.entry.link {
@@ -103,56 +125,57 @@ fn differences(a_index: &Index, a: &Member, b_index: &Index, b: &Member) -> Vec<
     what
 }
 
-/// The paths `older` and `newer` differ by. The workspace root is left
-/// out (its time changes with every entry); times alone are not a
-/// difference.
-pub(super) fn diff(older: &Index, newer: &Index) -> TreeDiff {
-    let by_path = |i: &Index| -> BTreeMap<Vec<u8>, usize> {
-        i.members
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| !m.entry.path.is_empty())
-            .map(|(n, m)| (m.entry.path.clone(), n))
-            .collect()
-    };
-    let (a, b) = (by_path(older), by_path(newer));
-    let mut paths = Vec::new();
-    let mut keys: Vec<&Vec<u8>> = a.keys().chain(b.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    for key in keys {
-        let path = String::from_utf8_lossy(key).into_owned();
-        match (a.get(key), b.get(key)) {
-            (None, Some(&n)) => paths.push(PathChange {
-                path,
-                change: ChangeKind::Added,
-                what: Vec::new(),
-                kind: newer.members[n].entry.kind.word(),
-            }),
-            (Some(&o), None) => paths.push(PathChange {
-                path,
-                change: ChangeKind::Removed,
-                what: Vec::new(),
-                kind: older.members[o].entry.kind.word(),
-            }),
-            (Some(&o), Some(&n)) => {
-                let what = differences(older, &older.members[o], newer, &newer.members[n]);
+/// Calls `found` with every path `older` and `newer` differ by (newer's
+/// in its order, then the removed ones), its change, what differs and its
+/// kind's word. The workspace root is left out (its time changes with
+/// every entry); times alone are not a difference.
+fn compare<'a>(
+    older: &'a Index,
+    newer: &'a Index,
+    mut found: impl FnMut(&'a [u8], ChangeKind, Vec<&'static str>, &'static str),
+) {
+    let (a, b) = (ByPath::new(older), ByPath::new(newer));
+    let mut matched = vec![false; older.members.len()];
+    for m in newer.members.iter().filter(|m| !m.entry.path.is_empty()) {
+        let path = m.entry.path.as_slice();
+        match a.members.get(path) {
+            None => found(path, ChangeKind::Added, Vec::new(), m.entry.kind.word()),
+            Some(&o) => {
+                matched[o] = true;
+                let what = differences(&a, &older.members[o], &b, m);
                 if !what.is_empty() {
-                    paths.push(PathChange {
-                        path,
-                        change: ChangeKind::Modified,
-                        what,
-                        kind: newer.members[n].entry.kind.word(),
-                    });
+                    found(path, ChangeKind::Modified, what, m.entry.kind.word());
                 }
             }
-            (None, None) => {}
         }
     }
+    for (o, m) in older.members.iter().enumerate() {
+        if !matched[o] && !m.entry.path.is_empty() {
+            let path = m.entry.path.as_slice();
+            found(path, ChangeKind::Removed, Vec::new(), m.entry.kind.word());
+        }
+    }
+}
+
+/// The paths `older` and `newer` differ by, sorted (see [`compare`]).
+pub(super) fn diff(older: &Index, newer: &Index) -> TreeDiff {
+    let mut found = Vec::new();
+    compare(older, newer, |path, change, what, kind| {
+        found.push((path, change, what, kind));
+    });
+    found.sort_by(|x, y| x.0.cmp(y.0));
     TreeDiff {
         from: older.header.generation,
         to: newer.header.generation,
-        paths,
+        paths: found
+            .into_iter()
+            .map(|(path, change, what, kind)| PathChange {
+                path: String::from_utf8_lossy(path).into_owned(),
+                change,
+                what,
+                kind,
+            })
+            .collect(),
     }
 }
 
@@ -160,7 +183,15 @@ impl Changes {
     /// The counts between a parent generation and its child (`None` when
     /// the parent is format version 1, which does not record its files).
     pub(super) fn between(parent: &Index, child: &Index) -> Option<Changes> {
-        (parent.header.version >= 2).then(|| diff(parent, child).counts())
+        (parent.header.version >= 2).then(|| {
+            let mut c = Changes::default();
+            compare(parent, child, |_, change, _, _| match change {
+                ChangeKind::Added => c.added += 1,
+                ChangeKind::Modified => c.changed += 1,
+                ChangeKind::Removed => c.removed += 1,
+            });
+            c
+        })
     }
 
     /// Every path of a first generation is added.

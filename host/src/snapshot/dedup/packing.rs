@@ -5,11 +5,12 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
 use super::chunker::{Chunker, ChunkerParams};
-use super::format::{ChunkId, ChunkLocation, Codec, IndexEntry, Member};
+use super::format::{ChunkId, ChunkLocation, Codec, Index, IndexEntry, Member};
 pub(super) use super::pack_builder::{local, FinishedPack};
 use super::pack_builder::{Built, PackBuilder};
 use crate::store_error::StoreError;
@@ -32,10 +33,12 @@ pub(super) struct Inputs {
     /// Where packs are built before upload.
     pub(super) spool: PathBuf,
     pub(super) chunker_params: ChunkerParams,
-    /// Chunks already stored: their pack (a number in `packs`) and place.
-    pub(super) known: HashMap<ChunkId, (u32, ChunkLocation)>,
-    /// The parent's files, by path, for the files cache.
-    pub(super) parent_files: HashMap<Vec<u8>, ParentRun>,
+    /// Chunks already stored: where (`Known::At`, a pack by its number in
+    /// `packs`).
+    pub(super) known: HashMap<ChunkId, Known>,
+    /// The parent generation, whose files a walk may reuse (the files
+    /// cache); its pack numbers are the first of `packs`.
+    pub(super) parent: Option<Arc<Index>>,
     /// The parent's (and base's) pack names.
     pub(super) packs: Vec<String>,
 }
@@ -63,12 +66,12 @@ pub(super) fn start(
         .map_err(local("starting the pack builder"))?;
     let packer = Packer {
         chunker_params: inputs.chunker_params,
-        known: inputs
-            .known
-            .into_iter()
-            .map(|(id, (pack, location))| (id, Known::At(pack, location)))
-            .collect(),
-        parent_files: inputs.parent_files,
+        known: inputs.known,
+        parent: inputs.parent.map(|index| ParentFiles {
+            index,
+            next: 0,
+            by_path: None,
+        }),
         packs: inputs.packs,
         builder: Some(chunk_tx),
         building: Some(building),
@@ -106,16 +109,55 @@ pub(super) struct Packed {
     pub(super) walk: WalkStats,
 }
 
-/// A parent's file, for the files cache: its chunks, with pack numbers
-/// in the packer's list.
-pub(super) type ParentRun = Vec<IndexEntry>;
+/// The parent generation's files, found by path as a walk reuses them. A
+/// walk visits the workspace in the order the parent's walk recorded it,
+/// so each is found at or after the last one found (no map to build on
+/// the way to a checkpoint); a path out of that order builds the map.
+struct ParentFiles {
+    index: Arc<Index>,
+    /// Where the next file is looked for first.
+    next: usize,
+    /// Every member by path, built on the first path found out of order.
+    by_path: Option<HashMap<Vec<u8>, usize>>,
+}
+
+impl ParentFiles {
+    /// The chunks of the parent's file at `path`.
+    fn run(&mut self, path: &[u8]) -> Option<&[IndexEntry]> {
+        let members = &self.index.members;
+        let found = match members[self.next.min(members.len())..]
+            .iter()
+            .take(ORDERED_LOOKAHEAD)
+            .position(|m| m.entry.path == path)
+        {
+            Some(ahead) => Some(self.next + ahead),
+            None => self
+                .by_path
+                .get_or_insert_with(|| {
+                    members
+                        .iter()
+                        .enumerate()
+                        .map(|(n, m)| (m.entry.path.clone(), n))
+                        .collect()
+                })
+                .get(path)
+                .copied(),
+        }?;
+        self.next = found + 1;
+        Some(self.index.run(&members[found]))
+    }
+}
+
+/// Parent members passed over looking for a path in walk order before the
+/// map is built instead (files removed since the parent are passed over).
+const ORDERED_LOOKAHEAD: usize = 4096;
 
 /// The blocking half: cuts and hashes chunks, and hands new ones to the
 /// pack builder's thread.
 struct Packer {
     chunker_params: ChunkerParams,
     known: HashMap<ChunkId, Known>,
-    parent_files: HashMap<Vec<u8>, ParentRun>,
+    parent: Option<ParentFiles>,
     /// The parent's (and base's) packs; the new ones follow at the end.
     packs: Vec<String>,
     /// New chunks to the pack builder.
@@ -302,9 +344,13 @@ impl Packer {
                 let first_chunk = self.entries.len() as u64;
                 let mut chunks = 0;
                 if unchanged {
-                    let run = self.parent_files.get(&entry.path).ok_or_else(|| {
-                        out_of_step("reused a file its parent generation does not have")
-                    })?;
+                    let run = self
+                        .parent
+                        .as_mut()
+                        .and_then(|p| p.run(&entry.path))
+                        .ok_or_else(|| {
+                            out_of_step("reused a file its parent generation does not have")
+                        })?;
                     self.entries.extend_from_slice(run);
                     chunks = run.len() as u32;
                 } else if entry.kind == EntryKind::File {
@@ -445,10 +491,45 @@ impl Packer {
 
 /// Where a chunk this stop has seen is.
 #[derive(Clone, Copy)]
-enum Known {
+pub(super) enum Known {
     /// In a pack (a parent's, by the packer's number).
     At(u32, ChunkLocation),
     /// New in this stop: the entry that first had it (its place comes
     /// from the pack builder at the end).
     Pending(usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parent's files are found whatever order they are asked in: in
+    /// walk order with removed files passed over (no map built), out of
+    /// order (the map), and a path the parent lacks is none.
+    #[test]
+    fn a_parents_files_are_found_in_walk_order_and_out_of_it() {
+        let seed = crate::test_rng::seed(0xF11E5);
+        let index = Arc::new(super::super::format::tests::generated(seed, 9_000));
+        let mut next = crate::test_rng::xorshift(seed);
+        let run_of = |n: usize| index.run(&index.members[n]).to_vec();
+        let mut files = ParentFiles {
+            index: index.clone(),
+            next: 0,
+            by_path: None,
+        };
+        for n in 1..index.members.len() {
+            if next().is_multiple_of(3) {
+                continue; // removed since the parent
+            }
+            let path = index.members[n].entry.path.clone();
+            assert_eq!(files.run(&path).map(<[_]>::to_vec), Some(run_of(n)));
+        }
+        assert!(files.by_path.is_none(), "walk order built the map");
+        for _ in 0..500 {
+            let n = 1 + (next() as usize) % (index.members.len() - 1);
+            let path = index.members[n].entry.path.clone();
+            assert_eq!(files.run(&path).map(<[_]>::to_vec), Some(run_of(n)));
+        }
+        assert_eq!(files.run(b"not/in/the/parent").map(<[_]>::to_vec), None);
+    }
 }

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
-use super::format::{names, Index, IndexEntry, IndexHeader, FORMAT_VERSION};
-use super::format::{ChunkId, ChunkLocation};
+use super::format::ChunkId;
+use super::format::{names, Index, IndexHeader, FORMAT_VERSION};
 pub(crate) use super::packing::TreeSource;
-use super::packing::{Packed, ParentRun};
+use super::packing::{Known, Packed};
 use super::record::{Changes, Generation, StopStats};
 use super::{is_not_found, DedupSnapshot};
 use crate::store_error::StoreError;
@@ -115,6 +115,7 @@ impl DedupSnapshot {
         let started = std::time::Instant::now();
         let parent = self.parent().await;
         let stored = self.stored(parent.as_ref()).await;
+        let learned = started.elapsed();
         let number = self.record().next_number();
         let spool = self.spool_dir()?;
         let (packing, pack_rx) = super::packing::start(
@@ -124,7 +125,7 @@ impl DedupSnapshot {
                 spool,
                 chunker_params: self.options.chunker,
                 known: stored.known,
-                parent_files: stored.parent_files,
+                parent: stored.parent,
                 packs: stored.packs,
             },
             source,
@@ -141,6 +142,7 @@ impl DedupSnapshot {
             packed
         )?;
         let walk = packed.walk;
+        let packed_at = started.elapsed();
         let (index, counts) = build_index(
             self,
             number,
@@ -157,6 +159,7 @@ impl DedupSnapshot {
                 held,
             )
             .await?;
+        let blocks_at = started.elapsed();
         let stop = Stop {
             number,
             walk,
@@ -164,7 +167,17 @@ impl DedupSnapshot {
             started,
         };
         self.commit(stop, parent, index, &mut up).await?;
+        let committed_at = started.elapsed();
         self.tidy_after_commit(&up).await;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            learned = ms(learned),
+            packed = ms(packed_at),
+            blocks = ms(blocks_at),
+            committed = ms(committed_at),
+            tidied = ms(started.elapsed()),
+            "a stop's steps (ms since it started)"
+        );
         Ok(())
     }
 
@@ -174,12 +187,13 @@ impl DedupSnapshot {
     async fn stored(&self, parent: Option<&(Generation, Arc<Index>)>) -> Stored {
         let mut stored = Stored::default();
         if let Some((_, index)) = parent {
-            stored.learn(index, true);
+            stored.learn(index);
+            stored.parent = Some(index.clone());
         }
         let base = self.record().base.clone();
         if let Some(base) = base.filter(|b| parent.is_none_or(|(p, _)| p.index != b.index)) {
             match self.index(&base.index).await {
-                Ok(index) => stored.learn(&index, false),
+                Ok(index) => stored.learn(&index),
                 Err(e) => tracing::warn!(index = %base.index, error = %e,
                     "the fork's base index is unusable; not deduplicating against it"),
             }
@@ -279,39 +293,24 @@ impl DedupSnapshot {
 #[derive(Default)]
 struct Stored {
     /// Chunks already stored: their pack (a number in `packs`) and place.
-    known: HashMap<ChunkId, (u32, ChunkLocation)>,
+    known: HashMap<ChunkId, Known>,
     /// The pack names the numbers in `known` refer to.
     packs: Vec<String>,
-    /// The parent's files, by path, for the files cache.
-    parent_files: HashMap<Vec<u8>, ParentRun>,
+    /// The parent, for the files cache (learned first, so its pack
+    /// numbers are its own).
+    parent: Option<Arc<Index>>,
 }
 
 impl Stored {
-    /// Learns `index`'s chunks, and with `files` its files (only the
-    /// parent's: the files cache compares against the generation the
-    /// workspace was last stopped into).
-    fn learn(&mut self, index: &Index, files: bool) {
+    /// Learns `index`'s chunks.
+    fn learn(&mut self, index: &Index) {
         let offset = self.packs.len() as u32;
         self.packs.extend(index.header.packs.iter().cloned());
+        self.known.reserve(index.entries.len());
         for e in &index.entries {
             self.known
                 .entry(e.chunk)
-                .or_insert((e.pack + offset, e.location));
-        }
-        if files {
-            for m in &index.members {
-                if m.entry.stamp().is_some() {
-                    let run = index
-                        .run(m)
-                        .iter()
-                        .map(|e| IndexEntry {
-                            pack: e.pack + offset,
-                            ..*e
-                        })
-                        .collect();
-                    self.parent_files.insert(m.entry.path.clone(), run);
-                }
-            }
+                .or_insert(Known::At(e.pack + offset, e.location));
         }
     }
 }

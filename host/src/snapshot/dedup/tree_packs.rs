@@ -73,8 +73,15 @@ impl DedupSnapshot {
             }
             Ok::<_, StoreError>(packs)
         };
+        let started = std::time::Instant::now();
         let (packs, index) = tokio::try_join!(collect, placed)?;
+        let placed_in = started.elapsed();
         self.upload_journaled(number, packs, &mut up).await?;
+        tracing::debug!(
+            placed_ms = placed_in.as_secs_f64() * 1e3,
+            uploaded_ms = (started.elapsed() - placed_in).as_secs_f64() * 1e3,
+            "the index's blocks placed, the stop's packs uploaded"
+        );
         Ok((index, up))
     }
 
