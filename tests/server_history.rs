@@ -293,6 +293,15 @@ async fn exec_ok(client: &Client, name: &str, command: &str) -> String {
     reply["stdout"].as_str().unwrap().to_string()
 }
 
+/// A trial's change: the marker, 1 MiB of `big.bin` and a new small file.
+fn trial_change(trial: u32) -> String {
+    format!(
+        "echo {trial} > marker && dd if=/dev/urandom of=big.bin bs=1048576 count=1 seek={} conv=notrunc 2>/dev/null \
+         && head -c 20000 /dev/urandom > keep/f{trial}",
+        trial % 32
+    )
+}
+
 /// The server SIGKILLed at random points of a checkpoint (seeded;
 /// `BERTH_CRASH_SEED` replays): every time, the server that starts next
 /// reads the sandbox, its history's newest generation restores whole (a
@@ -325,6 +334,13 @@ async fn a_server_killed_mid_checkpoint_leaves_the_old_or_the_new_generation_who
          && for i in $(seq 1 40); do head -c 20000 /dev/urandom > keep/f$i; done",
     )
     .await;
+    client
+        .post("/v1/sandboxes/k/checkpoint", serde_json::json!({}))
+        .await
+        .ok();
+    // The kills are spread over a checkpoint like the trials' (the first
+    // one stores everything, and takes far longer).
+    exec_ok(&client, "k", &trial_change(0)).await;
     let started = Instant::now();
     client
         .post("/v1/sandboxes/k/checkpoint", serde_json::json!({}))
@@ -334,16 +350,7 @@ async fn a_server_killed_mid_checkpoint_leaves_the_old_or_the_new_generation_who
     let mut committed = exec_ok(&client, "k", LISTING).await;
     let (mut killed, mut answered) = (0, 0);
     for trial in 1..=TRIALS {
-        exec_ok(
-            &client,
-            "k",
-            &format!(
-                "echo {trial} > marker && dd if=/dev/urandom of=big.bin bs=1048576 count=1 seek={} conv=notrunc 2>/dev/null \
-                 && head -c 20000 /dev/urandom > keep/f{trial}",
-                trial % 32
-            ),
-        )
-        .await;
+        exec_ok(&client, "k", &trial_change(trial)).await;
         let attempted = exec_ok(&client, "k", LISTING).await;
         let spread = checkpoint_time.as_micros() as u64 * 3 / 2;
         let delay = Duration::from_micros(rand::Rng::gen_range(&mut rng, 0..=spread));

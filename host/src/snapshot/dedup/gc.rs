@@ -12,6 +12,8 @@
 
 use std::collections::BTreeSet;
 
+use futures::StreamExt;
+
 use serde::{Deserialize, Serialize};
 
 use super::format::names;
@@ -39,7 +41,29 @@ struct Journal {
     packs: Vec<String>,
 }
 
+/// Deletes a collection has in flight at once.
+const DELETES_IN_FLIGHT: usize = 4;
+
 impl DedupSnapshot {
+    /// Deletes `objects`, a few at a time; one already gone is no error.
+    pub(super) async fn delete_objects(&self, objects: &[String]) -> Result<(), StoreError> {
+        let mut deletes = futures::stream::iter(
+            objects
+                .iter()
+                .cloned()
+                .map(|object| async move { self.client.delete(&object).await }),
+        )
+        .buffer_unordered(DELETES_IN_FLIGHT);
+        while let Some(deleted) = deletes.next().await {
+            match deleted {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// The packs listed by the journal an interrupted stop left, or `None`
     /// when there is no journal. An unreadable journal lists nothing.
     pub(super) async fn journal_packs(&self) -> Result<Option<Vec<String>>, StoreError> {
@@ -77,22 +101,28 @@ impl DedupSnapshot {
     /// Deletes (or, with `dry_run`, lists) the objects of this snapshot that
     /// no retained generation needs. Run it under the sandbox's lock.
     pub async fn collect_garbage(&self, dry_run: bool) -> Result<GcReport, StoreError> {
-        self.collect(dry_run, false).await
+        self.collect(dry_run, false, false).await
     }
 
     /// The collection after a stop's commit: as [`Self::collect_garbage`],
-    /// but a journal this process removed (or found absent) since it last
-    /// wrote one is not looked for again (a round trip per checkpoint). A
+    /// but the journal is not looked for when it is this stop's own
+    /// (`own_journal`: it lists only packs the committed index names, and
+    /// the caller removes it) or one this process removed (or found
+    /// absent) since it last wrote one — a round trip per checkpoint. A
     /// journal another process left is found by the next `gc` or by the
     /// first collection of a process that resumes the sandbox.
-    pub(super) async fn collect_after_commit(&self) -> Result<GcReport, StoreError> {
-        self.collect(false, true).await
+    pub(super) async fn collect_after_commit(
+        &self,
+        own_journal: bool,
+    ) -> Result<GcReport, StoreError> {
+        self.collect(false, true, own_journal).await
     }
 
     async fn collect(
         &self,
         dry_run: bool,
         trust_absent_journal: bool,
+        own_journal: bool,
     ) -> Result<GcReport, StoreError> {
         let mut record = self.record();
         record.drop_beyond_keep();
@@ -121,10 +151,11 @@ impl DedupSnapshot {
             }
         }
         let journal_id = names::journal(self.id.as_str());
-        let journal_absent = trust_absent_journal
-            && self
-                .journal_absent
-                .load(std::sync::atomic::Ordering::SeqCst);
+        let journal_absent = own_journal
+            || trust_absent_journal
+                && self
+                    .journal_absent
+                    .load(std::sync::atomic::Ordering::SeqCst);
         if !journal_absent {
             match self.journal_packs().await? {
                 Some(packs) => {
@@ -158,13 +189,10 @@ impl DedupSnapshot {
         if dry_run {
             return Ok(report);
         }
-        for object in report.packs.iter().chain(&report.indexes) {
-            match self.client.delete(object).await {
-                Ok(()) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        // Packs first, then the indexes that name them: an index removed
+        // before its packs would leave them unfound by a retry.
+        self.delete_objects(&report.packs).await?;
+        self.delete_objects(&report.indexes).await?;
         if report.journal {
             match self.client.delete(&journal_id).await {
                 Ok(()) => {}

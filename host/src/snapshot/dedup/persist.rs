@@ -266,11 +266,16 @@ impl DedupSnapshot {
         Ok(())
     }
 
-    /// After a commit: the journal goes, dropped generations are collected
-    /// and the pack cache trimmed. Failures here lose nothing (the next
-    /// stop or `gc` retries), so they are logged, not returned.
+    /// After a commit: the journal goes while dropped generations are
+    /// collected, then the pack cache is trimmed. Failures here lose
+    /// nothing (the next stop or `gc` retries), so they are logged, not
+    /// returned.
     async fn tidy_after_commit(&self, up: &Uploaded) {
-        if !up.packs.is_empty() {
+        let own_journal = !up.packs.is_empty();
+        let remove_journal = async {
+            if !own_journal {
+                return;
+            }
             match self.client.delete(&names::journal(self.id.as_str())).await {
                 Ok(()) => self.journal_gone(true),
                 Err(e) if is_not_found(&e) => self.journal_gone(true),
@@ -278,11 +283,14 @@ impl DedupSnapshot {
                     tracing::warn!(error = %e, "removing the stop's journal failed; garbage collection removes it")
                 }
             }
-        }
-        if let Err(e) = self.collect_after_commit().await {
-            tracing::warn!(snapshot = %self.id, error = %e,
-                "collecting dropped generations failed; the next stop or garbage collection retries");
-        }
+        };
+        let collect = async {
+            if let Err(e) = self.collect_after_commit(own_journal).await {
+                tracing::warn!(snapshot = %self.id, error = %e,
+                    "collecting dropped generations failed; the next stop or garbage collection retries");
+            }
+        };
+        tokio::join!(remove_journal, collect);
         if let Some(cache) = &self.options.cache {
             cache.trim();
         }
