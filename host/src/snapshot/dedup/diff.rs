@@ -55,11 +55,7 @@ impl TreeDiff {
     pub fn counts(&self) -> Changes {
         let mut c = Changes::default();
         for p in &self.paths {
-            match p.change {
-                ChangeKind::Added => c.added += 1,
-                ChangeKind::Modified => c.changed += 1,
-                ChangeKind::Removed => c.removed += 1,
-            }
+            c.count(p.change);
         }
         c
     }
@@ -185,13 +181,18 @@ impl Changes {
     pub(super) fn between(parent: &Index, child: &Index) -> Option<Changes> {
         (parent.header.version >= 2).then(|| {
             let mut c = Changes::default();
-            compare(parent, child, |_, change, _, _| match change {
-                ChangeKind::Added => c.added += 1,
-                ChangeKind::Modified => c.changed += 1,
-                ChangeKind::Removed => c.removed += 1,
-            });
+            compare(parent, child, |_, change, _, _| c.count(change));
             c
         })
+    }
+
+    /// Counts one changed path.
+    fn count(&mut self, change: ChangeKind) {
+        match change {
+            ChangeKind::Added => self.added += 1,
+            ChangeKind::Modified => self.changed += 1,
+            ChangeKind::Removed => self.removed += 1,
+        }
     }
 
     /// Every path of a first generation is added.

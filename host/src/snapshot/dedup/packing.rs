@@ -122,7 +122,9 @@ struct ParentFiles {
 }
 
 impl ParentFiles {
-    /// The chunks of the parent's file at `path`.
+    /// The chunks of the parent's file at `path`: only a file the parent
+    /// recorded with an identity (a stamp the files cache compared) can be
+    /// reused; any other member at that path is none.
     fn run(&mut self, path: &[u8]) -> Option<&[IndexEntry]> {
         let members = &self.index.members;
         let found = match members[self.next.min(members.len())..]
@@ -144,7 +146,12 @@ impl ParentFiles {
                 .copied(),
         }?;
         self.next = found + 1;
-        Some(self.index.run(&members[found]))
+        let member = &members[found];
+        member
+            .entry
+            .stamp()
+            .is_some()
+            .then(|| self.index.run(member))
     }
 }
 
@@ -505,11 +512,23 @@ mod tests {
 
     /// The parent's files are found whatever order they are asked in: in
     /// walk order with removed files passed over (no map built), out of
-    /// order (the map), and a path the parent lacks is none.
+    /// order (the map); a path the parent lacks, a file it recorded without
+    /// an identity and the root (a directory) are none.
     #[test]
     fn a_parents_files_are_found_in_walk_order_and_out_of_it() {
         let seed = crate::test_rng::seed(0xF11E5);
-        let index = Arc::new(super::super::format::tests::generated(seed, 9_000));
+        let mut index = super::super::format::tests::generated(seed, 9_000);
+        for (n, m) in index.members.iter_mut().enumerate().skip(1) {
+            m.entry.identity = Some(crate::workspace::tree::FileIdentity {
+                dev: 1,
+                ino: n as u64,
+                ctime: m.entry.mtime,
+            });
+        }
+        let unidentified = index.members.len() / 2;
+        index.members[unidentified].entry.identity = None;
+        let unidentified_path = index.members[unidentified].entry.path.clone();
+        let index = Arc::new(index);
         let mut next = crate::test_rng::xorshift(seed);
         let run_of = |n: usize| index.run(&index.members[n]).to_vec();
         let mut files = ParentFiles {
@@ -518,7 +537,7 @@ mod tests {
             by_path: None,
         };
         for n in 1..index.members.len() {
-            if next().is_multiple_of(3) {
+            if n == unidentified || next().is_multiple_of(3) {
                 continue; // removed since the parent
             }
             let path = index.members[n].entry.path.clone();
@@ -527,9 +546,15 @@ mod tests {
         assert!(files.by_path.is_none(), "walk order built the map");
         for _ in 0..500 {
             let n = 1 + (next() as usize) % (index.members.len() - 1);
+            if n == unidentified {
+                continue;
+            }
             let path = index.members[n].entry.path.clone();
             assert_eq!(files.run(&path).map(<[_]>::to_vec), Some(run_of(n)));
         }
         assert_eq!(files.run(b"not/in/the/parent").map(<[_]>::to_vec), None);
+        assert_eq!(files.run(&unidentified_path).map(<[_]>::to_vec), None);
+        let root = index.members[0].entry.path.clone();
+        assert_eq!(files.run(&root).map(<[_]>::to_vec), None);
     }
 }
