@@ -115,6 +115,22 @@ async fn checkpoints_on_the_server_rewind_to_every_step_exactly() {
         assert_eq!(listed, numbers, "seed {seed}: {history:#}");
         assert_eq!(history["current"].as_u64(), numbers.last().copied());
 
+        // Each checkpoint's reply went before its tidying; the server does
+        // that next (removing the journal each stop with new packs wrote).
+        let store = served.home().join("store");
+        let journals = || {
+            std::fs::read_dir(&store)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().contains(".journal"))
+                .count()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while journals() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(journals(), 0, "seed {seed}: a checkpoint's journal stayed");
+
         // Diff between neighbours: what their trees differ by (times and
         // link counts aside, as the index records them).
         for pair in steps.windows(2) {

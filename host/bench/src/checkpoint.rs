@@ -76,6 +76,10 @@ pub(super) async fn checkpoint_rows(
     for _ in 0..runs.max(3) {
         for checkpoint in [false, true] {
             step += 1;
+            // An agent reads a reply before its next command (a model's
+            // turn takes seconds; a tenth of one here), in which the
+            // server tidies after the last checkpoint.
+            std::thread::sleep(std::time::Duration::from_millis(100));
             dedup::settle();
             let secs = exec_secs(&home, &change_1mib(step), checkpoint)?;
             if checkpoint {

@@ -70,6 +70,36 @@ impl Sandbox {
         stopped
     }
 
+    /// As [`checkpoint`](Sandbox::checkpoint), but returns at the commit:
+    /// the tidying after it — removing the stop's journal, collecting the
+    /// generations it dropped, a store round trip or more — waits for
+    /// [`settle`](Sandbox::settle) (a server runs it once the command's
+    /// reply is on its way), or is done first by the next stop. If neither
+    /// runs, nothing is lost: the journal names only the committed
+    /// generation's packs, and the next collection removes it.
+    pub async fn checkpoint_settling_later(
+        &mut self,
+        note: GenerationNote,
+    ) -> Result<(), SandboxError> {
+        self.generations()?.defer_tidy(true);
+        let checkpointed = self.checkpoint(note).await;
+        // A checkpoint that wrote nothing leaves the flag for no later stop.
+        if let Ok(generations) = self.generations() {
+            generations.defer_tidy(false);
+        }
+        checkpointed
+    }
+
+    /// Does the tidying a [`checkpoint_settling_later`] left; nothing when
+    /// none is pending (or the snapshot keeps no generations).
+    ///
+    /// [`checkpoint_settling_later`]: Sandbox::checkpoint_settling_later
+    pub async fn settle(&self) {
+        if let Some(generations) = self.snapshot.generations() {
+            generations.settle().await;
+        }
+    }
+
     /// Makes the workspace generation `number` of its deduplicated
     /// snapshot. The workspace as it is is saved first as a new generation
     /// (so the rewind can itself be undone by rewinding to that one); then

@@ -269,6 +269,9 @@ impl Sandbox {
 
     /// Destroys the backend resources this sandbox owns.
     pub async fn shutdown(&mut self) -> Result<(), SandboxError> {
+        // What a checkpoint left for later is the store's, not the
+        // instance's: done before the instance goes.
+        self.settle().await;
         self.running = false;
         // Background processes end with the instance.
         self.state.background.clear();

@@ -217,6 +217,14 @@ pub trait Generations: Send + Sync {
     /// Also keeps the generations written within `seconds` of the newest.
     fn keep_within(&self, seconds: Option<u64>);
 
+    /// Whether the next stop returns at its commit and leaves its tidying
+    /// (removing its journal, collecting the generations it dropped) for
+    /// [`Generations::settle`], or for the stop after it.
+    fn defer_tidy(&self, defer: bool);
+
+    /// Does what a stop left for later; nothing when nothing is pending.
+    async fn settle(&self);
+
     /// Deletes (or lists) what a removal left for forks, except the
     /// generations whose index ids are in `bases` (the fork bases still in
     /// use) and what they need.

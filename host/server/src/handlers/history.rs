@@ -66,26 +66,55 @@ pub(crate) fn checkpoint(inner: Arc<Inner>, call: Call) -> Answer {
 /// Writes a generation of `name`'s workspace recording `note`, on the
 /// sandbox the server holds open (under the sandbox's lock; commands keep
 /// running). Returns the generation's number.
+///
+/// The checkpoint returns at its commit; the tidying after it (removing
+/// its journal, collecting generations it dropped) runs once the reply is
+/// on its way, still under the sandbox's lock, so the next change of the
+/// sandbox waits for it and a command's reply does not.
 pub(crate) async fn checkpoint_open(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     name: &str,
     note: GenerationNote,
 ) -> Result<u64, ApiError> {
-    let (_lock, open) = inner.open.get_locked(name).await?;
+    let (lock, open) = inner.open.get_locked(name).await?;
     let mut sandbox = open.sandbox.write().await;
     // A snapshot that keeps no generations is refused before anything is
     // written (a checkpoint would be a whole-archive stop).
     sandbox.history()?;
-    let result = sandbox.checkpoint(note).await;
+    let result = sandbox.checkpoint_settling_later(note).await;
     inner.open.saved(name, &open, &sandbox)?;
     result?;
-    Ok(sandbox.history()?.current.unwrap_or_default())
+    let generation = sandbox.history()?.current.unwrap_or_default();
+    drop(sandbox);
+    settle_after_reply(inner.clone(), name.to_string(), lock, open);
+    Ok(generation)
+}
+
+/// Tidies after `open`'s checkpoint in a task, keeping the sandbox's lock
+/// until it is done, then saves the state the tidying changed (a
+/// collection updates the snapshot's record).
+fn settle_after_reply(
+    inner: Arc<Inner>,
+    name: String,
+    lock: berth::sandbox::StateLock,
+    open: Arc<crate::open::OpenSandbox>,
+) {
+    tokio::spawn(async move {
+        let sandbox = open.sandbox.read().await;
+        sandbox.settle().await;
+        if let Err(e) = inner.open.saved(&name, &open, &sandbox) {
+            tracing::warn!(sandbox = %name, error = %e,
+                "saving the state after a checkpoint's tidying failed; the next change saves it");
+        }
+        drop(sandbox);
+        drop(lock);
+    });
 }
 
 /// The checkpoint after a command of `name`: what it wrote, or why it
 /// failed (the command's own result stands either way).
 pub(crate) async fn after_command(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     name: &str,
     command: &str,
     exit_code: i32,

@@ -34,6 +34,9 @@ impl DedupSnapshot {
     // Kept as one function: list, decide what forks keep, delete indexes
     // before packs, report: the decisions share the sets the listing builds.
     pub async fn delete_all(&self, keep: &Keep, dry_run: bool) -> Result<DeleteReport, StoreError> {
+        if !dry_run {
+            self.settle().await;
+        }
         let record = self.record();
         let mut indexes: Vec<(u64, String)> = record
             .generations

@@ -45,22 +45,35 @@ struct Journal {
 const DELETES_IN_FLIGHT: usize = 4;
 
 impl DedupSnapshot {
+    /// Deletes `object`; one already gone is no error.
+    pub(super) async fn delete_object(&self, object: &str) -> Result<(), StoreError> {
+        match self.client.delete(object).await {
+            Err(e) if is_not_found(&e) => Ok(()),
+            done => done,
+        }
+    }
+
     /// Deletes `objects`, a few at a time; one already gone is no error.
     pub(super) async fn delete_objects(&self, objects: &[String]) -> Result<(), StoreError> {
         let mut deletes = futures::stream::iter(
             objects
                 .iter()
                 .cloned()
-                .map(|object| async move { self.client.delete(&object).await }),
+                .map(|object| async move { self.delete_object(&object).await }),
         )
         .buffer_unordered(DELETES_IN_FLIGHT);
         while let Some(deleted) = deletes.next().await {
-            match deleted {
-                Ok(()) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(e),
-            }
+            deleted?;
         }
+        Ok(())
+    }
+
+    /// Deletes the journal a stop writes before its uploads, and records
+    /// that it is gone.
+    pub(super) async fn delete_journal(&self) -> Result<(), StoreError> {
+        self.delete_object(&names::journal(self.id.as_str()))
+            .await?;
+        self.journal_gone(true);
         Ok(())
     }
 
@@ -101,6 +114,10 @@ impl DedupSnapshot {
     /// Deletes (or, with `dry_run`, lists) the objects of this snapshot that
     /// no retained generation needs. Run it under the sandbox's lock.
     pub async fn collect_garbage(&self, dry_run: bool) -> Result<GcReport, StoreError> {
+        if !dry_run {
+            // A deferred tidy first: it may be collecting already.
+            self.settle().await;
+        }
         self.collect(dry_run, false, false).await
     }
 
@@ -150,7 +167,6 @@ impl DedupSnapshot {
                 Err(e) => return Err(e),
             }
         }
-        let journal_id = names::journal(self.id.as_str());
         let journal_absent = own_journal
             || trust_absent_journal
                 && self
@@ -194,12 +210,7 @@ impl DedupSnapshot {
         self.delete_objects(&report.packs).await?;
         self.delete_objects(&report.indexes).await?;
         if report.journal {
-            match self.client.delete(&journal_id).await {
-                Ok(()) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(e),
-            }
-            self.journal_gone(true);
+            self.delete_journal().await?;
         }
         for i in &report.indexes {
             self.indexes.forget(i);

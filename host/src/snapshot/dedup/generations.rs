@@ -60,6 +60,14 @@ impl Generations for DedupSnapshot {
         self.update_record(|r| r.hold = number);
     }
 
+    fn defer_tidy(&self, defer: bool) {
+        DedupSnapshot::defer_tidy(self, defer)
+    }
+
+    async fn settle(&self) {
+        DedupSnapshot::settle(self).await
+    }
+
     fn keep_within(&self, seconds: Option<u64>) {
         self.update_record(|r| r.keep_within_secs = seconds);
     }

@@ -181,6 +181,11 @@ pub struct DedupSnapshot {
     /// This process removed the journal, or saw there was none, and wrote
     /// none since: garbage collection need not look for one.
     journal_absent: std::sync::atomic::AtomicBool,
+    /// The next stop leaves its tidying for [`DedupSnapshot::settle`].
+    defer_next_tidy: std::sync::atomic::AtomicBool,
+    /// Tidying a stop left for later; held while it runs, so a stop (which
+    /// does it first) waits for a settle under way.
+    pending_tidy: tokio::sync::Mutex<Option<persist::PendingTidy>>,
 }
 
 impl DedupSnapshot {
@@ -214,6 +219,8 @@ impl DedupSnapshot {
             indexes: index_cache::IndexCache::default(),
             next_note: Mutex::new(None),
             journal_absent: std::sync::atomic::AtomicBool::new(false),
+            defer_next_tidy: std::sync::atomic::AtomicBool::new(false),
+            pending_tidy: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -302,6 +309,28 @@ impl DedupSnapshot {
     pub fn note_next(&self, note: GenerationNote) {
         if let Ok(mut n) = self.next_note.lock() {
             *n = Some(note);
+        }
+    }
+
+    /// Whether the next stop returns at its commit, leaving its tidying —
+    /// removing its journal, collecting the generations it dropped — for
+    /// [`DedupSnapshot::settle`] or, if that is never called, for the stop
+    /// after it (which does it first). By default, no. Nothing is at risk
+    /// meanwhile: the packs the journal names are the committed
+    /// generation's, and a journal left behind (the process ended first)
+    /// is removed by the next collection.
+    pub fn defer_tidy(&self, defer: bool) {
+        self.defer_next_tidy
+            .store(defer, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Does the tidying a stop left for later (see
+    /// [`DedupSnapshot::defer_tidy`]); nothing when none is pending.
+    /// Failures are logged: the next stop or `gc` retries.
+    pub async fn settle(&self) {
+        let mut pending = self.pending_tidy.lock().await;
+        if let Some(tidy) = pending.take() {
+            self.tidy_after_commit(tidy).await;
         }
     }
 

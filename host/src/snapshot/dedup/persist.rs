@@ -20,7 +20,7 @@ use super::format::{names, Index, IndexHeader, FORMAT_VERSION};
 pub(crate) use super::packing::TreeSource;
 use super::packing::{Known, Packed};
 use super::record::{Changes, Generation, StopStats};
-use super::{is_not_found, DedupSnapshot};
+use super::DedupSnapshot;
 use crate::store_error::StoreError;
 use crate::workspace::tree::{KnownFiles, WalkStats};
 
@@ -113,6 +113,15 @@ impl DedupSnapshot {
         instance: Option<String>,
     ) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
+        let defer_tidy = self
+            .defer_next_tidy
+            .swap(false, std::sync::atomic::Ordering::SeqCst);
+        // What the last stop left for later goes first: it may remove the
+        // journal this stop is about to write.
+        let mut pending = self.pending_tidy.lock().await;
+        if let Some(tidy) = pending.take() {
+            self.tidy_after_commit(tidy).await;
+        }
         let parent = self.parent().await;
         let stored = self.stored(parent.as_ref()).await;
         let learned = started.elapsed();
@@ -168,7 +177,14 @@ impl DedupSnapshot {
         };
         self.commit(stop, parent, index, &mut up).await?;
         let committed_at = started.elapsed();
-        self.tidy_after_commit(&up).await;
+        let tidy = PendingTidy {
+            own_journal: !up.packs.is_empty(),
+        };
+        if defer_tidy {
+            *pending = Some(tidy);
+        } else {
+            self.tidy_after_commit(tidy).await;
+        }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         tracing::debug!(
             learned = ms(learned),
@@ -176,7 +192,8 @@ impl DedupSnapshot {
             blocks = ms(blocks_at),
             committed = ms(committed_at),
             tidied = ms(started.elapsed()),
-            "a stop's steps (ms since it started)"
+            deferred = defer_tidy,
+            "a stop's steps (ms since it started; tidying deferred or not)"
         );
         Ok(())
     }
@@ -270,18 +287,14 @@ impl DedupSnapshot {
     /// collected, then the pack cache is trimmed. Failures here lose
     /// nothing (the next stop or `gc` retries), so they are logged, not
     /// returned.
-    async fn tidy_after_commit(&self, up: &Uploaded) {
-        let own_journal = !up.packs.is_empty();
+    pub(super) async fn tidy_after_commit(&self, tidy: PendingTidy) {
+        let PendingTidy { own_journal } = tidy;
         let remove_journal = async {
             if !own_journal {
                 return;
             }
-            match self.client.delete(&names::journal(self.id.as_str())).await {
-                Ok(()) => self.journal_gone(true),
-                Err(e) if is_not_found(&e) => self.journal_gone(true),
-                Err(e) => {
-                    tracing::warn!(error = %e, "removing the stop's journal failed; garbage collection removes it")
-                }
+            if let Err(e) = self.delete_journal().await {
+                tracing::warn!(error = %e, "removing the stop's journal failed; garbage collection removes it");
             }
         };
         let collect = async {
@@ -295,6 +308,13 @@ impl DedupSnapshot {
             cache.trim();
         }
     }
+}
+
+/// What a committed stop has left to tidy.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PendingTidy {
+    /// The stop wrote a journal (it uploaded packs).
+    own_journal: bool,
 }
 
 /// What the stored generations hold that a stop deduplicates against.

@@ -522,3 +522,86 @@ async fn a_chain_of_200_generations_restores_and_collects() {
         }
     }
 }
+
+/// A stop told to defer its tidying returns with its journal still in the
+/// store and what it dropped not yet collected; `settle`, or the next stop,
+/// does it — over seeded interleavings of deferred and inline stops,
+/// settles and collections, every stop's tree restores, and once settled
+/// the store holds no journal and only packs a kept generation lists.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deferred_tidy_is_done_by_settle_or_the_next_stop() {
+    let mut next = crate::test_rng::xorshift(crate::test_rng::seed(0x5E771E));
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let s = DedupSnapshot::new(id("t"), client.clone(), DedupOptions::default().keep(2));
+    let journal = names::journal("t");
+    let mut files: Vec<Vec<u8>> = (0..6).map(|n| big(n, 70_000)).collect();
+    let (mut deferred_seen, mut settled_seen) = (false, false);
+    for step in 0..40u8 {
+        files[(next() % 6) as usize] = big(step.wrapping_add(100), 70_000);
+        let list: Vec<(String, &[u8])> = files
+            .iter()
+            .enumerate()
+            .map(|(n, d)| (format!("f{n}"), d.as_slice()))
+            .collect();
+        let t = tar_of(
+            &list
+                .iter()
+                .map(|(p, d)| (p.as_str(), *d))
+                .collect::<Vec<_>>(),
+        );
+        let defer = !next().is_multiple_of(3);
+        let dropped = s.record().generations.first().cloned();
+        s.defer_tidy(defer);
+        s.persist(&mut &t[..]).await.unwrap();
+        let full = s.record().generations.len() == 2;
+        if defer && full {
+            // Two kept: the oldest of the three was dropped, not yet
+            // collected, and this stop's journal is still there.
+            let dropped = dropped.unwrap();
+            assert!(client.exists(&dropped.index).await.unwrap(), "step {step}");
+            assert!(client.exists(&journal).await.unwrap(), "step {step}");
+            deferred_seen = true;
+        }
+        if !defer {
+            assert!(!client.exists(&journal).await.unwrap(), "step {step}");
+        }
+        match next() % 4 {
+            0 => {
+                s.settle().await;
+                assert!(!client.exists(&journal).await.unwrap(), "step {step}");
+                settled_seen |= defer && full;
+            }
+            1 => {
+                s.collect_garbage(false).await.unwrap();
+                assert!(!client.exists(&journal).await.unwrap(), "step {step}");
+            }
+            _ => {}
+        }
+        assert_eq!(tree(&restored(&s).await), tree(&t), "step {step}");
+    }
+    assert!(
+        deferred_seen && settled_seen,
+        "the seed exercised no deferral"
+    );
+    s.settle().await;
+    assert!(!client.exists(&journal).await.unwrap());
+    let record = s.record();
+    let mut listed = std::collections::BTreeSet::new();
+    for g in &record.generations {
+        assert!(client.exists(&g.index).await.unwrap());
+        listed.extend(s.packs_of(&g.index).await.unwrap().iter().cloned());
+    }
+    for p in stored_packs(dir.path()) {
+        assert!(
+            listed.contains(&p),
+            "{p} is stored but no kept generation lists it"
+        );
+    }
+    let newest = record.head().unwrap().number;
+    for n in 1..=newest {
+        let kept = record.generations.iter().any(|g| g.number == n);
+        let stored = client.exists(&names::index("t", n)).await.unwrap();
+        assert_eq!(stored, kept, "generation {n}: stored {stored}, kept {kept}");
+    }
+}
