@@ -238,9 +238,18 @@ impl DedupSnapshot {
             None => Some(Changes::all_new(&index)),
         };
         let index_id = names::index(self.id.as_str(), number);
+        let compared = started.elapsed();
         let bytes = index.encode();
+        let encoded = started.elapsed();
         self.client.upload(&index_id, &mut &bytes[..]).await?;
         // Committed.
+        tracing::debug!(
+            compared = compared.as_secs_f64() * 1e3,
+            encoded = encoded.as_secs_f64() * 1e3,
+            uploaded = started.elapsed().as_secs_f64() * 1e3,
+            bytes = bytes.len(),
+            "the index (ms since the stop started)"
+        );
         up.calls += 1;
         up.bytes += bytes.len() as u64;
         let note = self.take_note();
