@@ -118,7 +118,7 @@ impl DedupSnapshot {
             // A deferred tidy first: it may be collecting already.
             self.settle().await;
         }
-        self.collect(dry_run, false, false).await
+        self.collect(dry_run, false, false, Vec::new()).await
     }
 
     /// The collection after a stop's commit: as [`Self::collect_garbage`],
@@ -126,13 +126,17 @@ impl DedupSnapshot {
     /// (`own_journal`: it lists only packs the committed index names, and
     /// the caller removes it) or one this process removed (or found
     /// absent) since it last wrote one — a round trip per checkpoint. A
-    /// journal another process left is found by the next `gc` or by the
-    /// first collection of a process that resumes the sandbox.
+    /// journal another process left is found by the next `gc`, or by the
+    /// first stop of a process that resumes the sandbox after a stop that
+    /// did not finish (which names its packs in its own journal).
+    /// `inherited`: packs an unfinished stop's journal named, which the
+    /// stop's own journal took over — candidates too.
     pub(super) async fn collect_after_commit(
         &self,
         own_journal: bool,
+        inherited: Vec<String>,
     ) -> Result<GcReport, StoreError> {
-        self.collect(false, true, own_journal).await
+        self.collect(false, true, own_journal, inherited).await
     }
 
     async fn collect(
@@ -140,6 +144,7 @@ impl DedupSnapshot {
         dry_run: bool,
         trust_absent_journal: bool,
         own_journal: bool,
+        inherited: Vec<String>,
     ) -> Result<GcReport, StoreError> {
         let mut record = self.record();
         record.drop_beyond_keep();
@@ -156,7 +161,7 @@ impl DedupSnapshot {
                 doomed.push(g);
             }
         }
-        let mut candidates = BTreeSet::new();
+        let mut candidates: BTreeSet<String> = inherited.into_iter().collect();
         for g in &doomed {
             match self.packs_of(&g.index).await {
                 Ok(packs) => {

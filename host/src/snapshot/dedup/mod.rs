@@ -178,8 +178,11 @@ pub struct DedupSnapshot {
     indexes: index_cache::IndexCache,
     /// What the next stop's generation records about why it was made.
     next_note: Mutex<Option<GenerationNote>>,
-    /// This process removed the journal, or saw there was none, and wrote
-    /// none since: garbage collection need not look for one.
+    /// No journal names packs an index may not reference: this process
+    /// removed the journal, or saw there was none, and wrote none since —
+    /// or the state says the last stop finished (its journal, if any, is
+    /// being removed and names only committed packs). Garbage collection
+    /// and the next stop need not look for one.
     journal_absent: std::sync::atomic::AtomicBool,
     /// The next stop leaves its tidying for [`DedupSnapshot::settle`].
     defer_next_tidy: std::sync::atomic::AtomicBool,
@@ -218,7 +221,7 @@ impl DedupSnapshot {
             interrupted,
             indexes: index_cache::IndexCache::default(),
             next_note: Mutex::new(None),
-            journal_absent: std::sync::atomic::AtomicBool::new(false),
+            journal_absent: std::sync::atomic::AtomicBool::new(!interrupted),
             defer_next_tidy: std::sync::atomic::AtomicBool::new(false),
             pending_tidy: tokio::sync::Mutex::new(None),
         }

@@ -122,6 +122,17 @@ impl DedupSnapshot {
         if let Some(tidy) = pending.take() {
             self.tidy_after_commit(tidy).await;
         }
+        // A journal a stop that did not finish left names packs no index
+        // may reference; this stop's journal replaces it, so it names them
+        // too and this stop collects them.
+        let inherited = if self
+            .journal_absent
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            Vec::new()
+        } else {
+            self.journal_packs().await?.unwrap_or_default()
+        };
         let parent = self.parent().await;
         let stored = self.stored(parent.as_ref()).await;
         let learned = started.elapsed();
@@ -147,7 +158,14 @@ impl DedupSnapshot {
             })?
         };
         let ((up, held), packed) = tokio::try_join!(
-            self.upload_packs(number, pack_rx, Uploaded::default()),
+            self.upload_packs(
+                number,
+                pack_rx,
+                Uploaded {
+                    inherited,
+                    ..Uploaded::default()
+                }
+            ),
             packed
         )?;
         let walk = packed.walk;
@@ -179,6 +197,7 @@ impl DedupSnapshot {
         let committed_at = started.elapsed();
         let tidy = PendingTidy {
             own_journal: !up.packs.is_empty(),
+            inherited: std::mem::take(&mut up.inherited),
         };
         if defer_tidy {
             *pending = Some(tidy);
@@ -297,7 +316,10 @@ impl DedupSnapshot {
     /// nothing (the next stop or `gc` retries), so they are logged, not
     /// returned.
     pub(super) async fn tidy_after_commit(&self, tidy: PendingTidy) {
-        let PendingTidy { own_journal } = tidy;
+        let PendingTidy {
+            own_journal,
+            inherited,
+        } = tidy;
         let remove_journal = async {
             if !own_journal {
                 return;
@@ -307,7 +329,7 @@ impl DedupSnapshot {
             }
         };
         let collect = async {
-            if let Err(e) = self.collect_after_commit(own_journal).await {
+            if let Err(e) = self.collect_after_commit(own_journal, inherited).await {
                 tracing::warn!(snapshot = %self.id, error = %e,
                     "collecting dropped generations failed; the next stop or garbage collection retries");
             }
@@ -320,10 +342,13 @@ impl DedupSnapshot {
 }
 
 /// What a committed stop has left to tidy.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct PendingTidy {
     /// The stop wrote a journal (it uploaded packs).
     own_journal: bool,
+    /// Packs an unfinished stop's journal named, which this stop's
+    /// journal took over: collected unless a kept generation needs them.
+    inherited: Vec<String>,
 }
 
 /// What the stored generations hold that a stop deduplicates against.

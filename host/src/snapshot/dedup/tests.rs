@@ -605,3 +605,55 @@ async fn a_deferred_tidy_is_done_by_settle_or_the_next_stop() {
         assert_eq!(stored, kept, "generation {n}: stored {stored}, kept {kept}");
     }
 }
+
+/// A stop killed after its uploads leaves packs only its journal names.
+/// The next stop — in a process that resumed the interrupted state —
+/// writes a journal under the same name; the packs the old one named must
+/// still be found and collected, not forgotten.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_stops_packs_are_collected_after_the_next_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = store(dir.path());
+    let s = DedupSnapshot::new(id("k"), client.clone(), DedupOptions::default().keep(1));
+    let one = tar_of(&[("a", &big(1, 300_000))]);
+    s.persist(&mut &one[..]).await.unwrap();
+    let mut record = s.record();
+    // What the killed stop uploaded: a pack of its own, named in its
+    // journal, and no index.
+    let orphan = names::pack(&names::owner_tag("k"), &blake3::hash(b"killed"));
+    client.upload(&orphan, &mut &b"killed"[..]).await.unwrap();
+    let journal = serde_json::to_vec(&serde_json::json!({
+        "snapshot": "k", "generation": 2, "packs": [orphan],
+    }))
+    .unwrap();
+    client
+        .upload(&names::journal("k"), &mut &journal[..])
+        .await
+        .unwrap();
+    for defer in [false, true] {
+        let resumed = DedupSnapshot::resume(
+            id("k"),
+            client.clone(),
+            record.clone(),
+            true,
+            DedupOptions::default().keep(1),
+        );
+        resumed.defer_tidy(defer);
+        let two = tar_of(&[("b", &big(2 + defer as u8, 300_000))]);
+        resumed.persist(&mut &two[..]).await.unwrap();
+        resumed.settle().await;
+        assert!(
+            !client.exists(&orphan).await.unwrap(),
+            "deferred {defer}: the killed stop's pack outlived the next stop"
+        );
+        assert!(!client.exists(&names::journal("k")).await.unwrap());
+        assert_eq!(tree(&restored(&resumed).await), tree(&two));
+        record = resumed.record();
+        // Killed again, for the deferred case.
+        client.upload(&orphan, &mut &b"killed"[..]).await.unwrap();
+        client
+            .upload(&names::journal("k"), &mut &journal[..])
+            .await
+            .unwrap();
+    }
+}

@@ -1,6 +1,8 @@
 //! A stop's uploads before its commit: every pack goes up after a journal
 //! that names it and every pack before it (so garbage collection finds
-//! the packs of a stop that dies before its index), and is admitted to the
+//! the packs of a stop that dies before its index) — and the packs of the
+//! journal it replaces, if a stop before it did not finish — and is
+//! admitted to the
 //! pack cache. The packer's last pack is held back and goes up with the
 //! index's tree packs under one journal, at once: a checkpoint that
 //! changed a little costs one journal, the packs in parallel, the index.
@@ -22,6 +24,10 @@ pub(super) struct Uploaded {
     pub(super) bytes: u64,
     pub(super) calls: u64,
     pub(super) packs: Vec<String>,
+    /// Packs a journal this stop found named, from a stop that did not
+    /// finish: named again in this stop's journal, and collected after
+    /// its commit if no kept generation references them.
+    pub(super) inherited: Vec<String>,
 }
 
 impl DedupSnapshot {
@@ -56,10 +62,11 @@ impl DedupSnapshot {
             return Ok(());
         }
         up.packs.extend(packs.iter().map(|p| p.name.clone()));
+        let listed: Vec<&String> = up.inherited.iter().chain(&up.packs).collect();
         let journal = serde_json::to_vec(&serde_json::json!({
             "snapshot": self.id.as_str(),
             "generation": number,
-            "packs": up.packs,
+            "packs": listed,
         }))
         .unwrap_or_default();
         self.journal_gone(false);
