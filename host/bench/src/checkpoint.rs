@@ -42,6 +42,14 @@ fn exec_secs(home: &Path, command: &str, checkpoint: bool) -> anyhow::Result<f64
     Ok(secs)
 }
 
+/// Where the checkpointing sandbox runs.
+pub(super) enum Placement {
+    /// The local backend, its root the bench workspace itself.
+    Local,
+    /// A Docker container of this image, the bench workspace copied in.
+    Docker(String),
+}
+
 /// Rows for `label`'s store (`manifest`): the checkpoint's added time
 /// through the server, and the in-process CLI's checkpoint.
 pub(super) async fn checkpoint_rows(
@@ -50,11 +58,13 @@ pub(super) async fn checkpoint_rows(
     label: &str,
     manifest: &Path,
     runs: usize,
+    placement: &Placement,
 ) -> anyhow::Result<Vec<Row>> {
-    let home = base.join(format!("checkpoint-home-{label}"));
+    let home = base.join(format!("checkpoint-home-{}", label.replace(' ', "-")));
     std::fs::create_dir_all(&home)?;
     let snapshot = format!("remote:{}", manifest.display());
-    ok(berth(&home)?.args([
+    let mut create = berth(&home)?;
+    create.args([
         "create",
         "cp",
         "--snapshot",
@@ -62,12 +72,29 @@ pub(super) async fn checkpoint_rows(
         "--dedup",
         "--checkpoint",
         "each-exec",
-        "-o",
-        &format!("root_dir={}", src.display()),
-        "-o",
-        "disk=unlimited",
-    ]))?;
+    ]);
+    match placement {
+        Placement::Local => create.args([
+            "-o",
+            &format!("root_dir={}", src.display()),
+            "-o",
+            "disk=unlimited",
+        ]),
+        Placement::Docker(image) => create.args(["--backend", "docker", "--image", image]),
+    };
+    ok(&mut create)?;
     ok(berth(&home)?.args(["server", "start"]))?;
+    if let Placement::Docker(_) = placement {
+        // The bench workspace, copied in through the server.
+        for entry in std::fs::read_dir(src)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            ok(berth(&home)?.args([
+                "cp",
+                &src.join(&name).to_string_lossy(),
+                &format!("cp:/workspace/{name}"),
+            ]))?;
+        }
+    }
     // The first checkpoint stores everything; the ones measured store what
     // the command changed.
     exec_secs(&home, "true", true)?;
@@ -98,6 +125,9 @@ pub(super) async fn checkpoint_rows(
             .env("BERTH_NO_SERVER", "1")
             .args(["checkpoint", "cp"]))?;
         cli.push(t.elapsed().as_secs_f64());
+    }
+    if let Placement::Docker(_) = placement {
+        let _ = ok(berth(&home)?.args(["rm", "cp"]));
     }
     let _ = ok(berth(&home)?.args(["server", "stop"]));
     let (with, without, cli) = (median(with), median(without), median(cli));

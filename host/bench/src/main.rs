@@ -397,13 +397,44 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .find(|(p, _)| want("checkpoint") && p.manifest == "fs-store.toml")
     {
         rows.append(
-            &mut checkpoint::checkpoint_rows(base.path(), &src, "fs-store", manifest, runs).await?,
+            &mut checkpoint::checkpoint_rows(
+                base.path(),
+                &src,
+                "fs-store",
+                manifest,
+                runs,
+                &checkpoint::Placement::Local,
+            )
+            .await?,
         );
+        let image =
+            std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
+        match checkpoint::checkpoint_rows(
+            base.path(),
+            &src,
+            "fs-store on Docker",
+            manifest,
+            runs,
+            &checkpoint::Placement::Docker(image),
+        )
+        .await
+        {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: Docker checkpoint rows skipped: {e:#}"),
+        }
     }
     match s3_manifest(base.path(), "bench-checkpoint/") {
         _ if !want("checkpoint") => {}
         Ok(manifest) => {
-            match checkpoint::checkpoint_rows(base.path(), &src, "s3-store", &manifest, runs).await
+            match checkpoint::checkpoint_rows(
+                base.path(),
+                &src,
+                "s3-store",
+                &manifest,
+                runs,
+                &checkpoint::Placement::Local,
+            )
+            .await
             {
                 Ok(mut r) => rows.append(&mut r),
                 Err(e) => eprintln!("bench: S3 checkpoint rows skipped: {e:#}"),

@@ -32,7 +32,7 @@ impl DedupSnapshot {
     /// [`Keep`]). With `dry_run`, lists them and deletes nothing. Run it
     /// under the sandbox's lock, with no stop of this snapshot running.
     // Kept as one function: list, decide what forks keep, delete indexes
-    // before packs, report: the decisions share the sets the listing builds.
+    // after packs, report: the decisions share the sets the listing builds.
     pub async fn delete_all(&self, keep: &Keep, dry_run: bool) -> Result<DeleteReport, StoreError> {
         if !dry_run {
             self.settle().await;
@@ -106,8 +106,9 @@ impl DedupSnapshot {
             None => false,
         };
         let packs = self.own_unreferenced(candidates, &referenced);
-        let mut objects: Vec<String> = packs;
-        objects.extend(indexes_gone.iter().cloned());
+        // Packs go first (a retry after a crash finds them through the
+        // indexes that remain), then the rest.
+        let mut objects: Vec<String> = indexes_gone.clone();
         if journal {
             objects.push(names::journal(self.id.as_str()));
         }
@@ -123,17 +124,12 @@ impl DedupSnapshot {
         if self.client.exists(self.id.as_str()).await? {
             objects.push(self.id.as_str().to_string());
         }
-        for object in objects {
-            if !dry_run {
-                match self.client.delete(&object).await {
-                    Ok(()) => {}
-                    Err(e) if is_not_found(&e) => continue,
-                    Err(e) => return Err(e),
-                }
-            }
-            report.deleted.push(object);
-        }
-        if !dry_run {
+        if dry_run {
+            report.deleted = packs;
+            report.deleted.extend(objects);
+        } else {
+            report.deleted = self.delete_objects(&packs).await?;
+            report.deleted.extend(self.delete_objects(&objects).await?);
             for i in &indexes_gone {
                 self.indexes.forget(i);
             }

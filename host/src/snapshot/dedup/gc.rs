@@ -53,19 +53,25 @@ impl DedupSnapshot {
         }
     }
 
-    /// Deletes `objects`, a few at a time; one already gone is no error.
-    pub(super) async fn delete_objects(&self, objects: &[String]) -> Result<(), StoreError> {
-        let mut deletes = futures::stream::iter(
-            objects
-                .iter()
-                .cloned()
-                .map(|object| async move { self.delete_object(&object).await }),
-        )
-        .buffer_unordered(DELETES_IN_FLIGHT);
-        while let Some(deleted) = deletes.next().await {
-            deleted?;
+    /// Deletes `objects`, a few at a time; returns those that were there,
+    /// in order (one already gone is no error).
+    pub(super) async fn delete_objects(
+        &self,
+        objects: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut deletes = futures::stream::iter(objects.iter().cloned().map(|object| async move {
+            match self.client.delete(&object).await {
+                Ok(()) => Ok(Some(object)),
+                Err(e) if is_not_found(&e) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }))
+        .buffered(DELETES_IN_FLIGHT);
+        let mut deleted = Vec::new();
+        while let Some(object) = deletes.next().await {
+            deleted.extend(object?);
         }
-        Ok(())
+        Ok(deleted)
     }
 
     /// Deletes the journal a stop writes before its uploads, and records
