@@ -318,101 +318,6 @@ fn a_missing_or_damaged_pack_fails_the_restore_and_extracts_nothing() {
 }
 
 #[test]
-fn gc_removes_what_a_killed_stop_left() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let store = dir.path().join("store");
-    let manifest = fs_store_manifest(dir.path(), &store);
-    let snapshot = format!("remote:{}", manifest.display());
-    berth_ok(&home, &["create", "k", "--snapshot", &snapshot, "--dedup"]);
-    berth_ok(&home, &["exec", "k", "--", "echo one > a.txt"]);
-    berth_ok(&home, &["stop", "k"]);
-    let committed = objects(&store);
-    let mut killed_mid_way = false;
-    for attempt in 0..5 {
-        let size = 200u64 << (20 + attempt.min(2));
-        berth_ok(
-            &home,
-            &[
-                "exec",
-                "k",
-                "--",
-                &format!("head -c {size} /dev/urandom > big{attempt}.bin"),
-            ],
-        );
-        let mut child = Command::new(berth_bin())
-            .env("BERTH_HOME", &home)
-            .args(["stop", "k"])
-            .spawn()
-            .unwrap();
-        // Kill it as soon as it announced a pack.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            if objects(&store).iter().any(|o| o.ends_with(".journal")) {
-                break;
-            }
-            if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        // Let a pack or two land.
-        std::thread::sleep(std::time::Duration::from_millis(150));
-        let _ = child.kill();
-        let status = child.wait().unwrap();
-        if !status.success() && !objects(&store).iter().any(|o| o.ends_with(".g2.idx")) {
-            killed_mid_way = true;
-            break;
-        }
-        println!("attempt {attempt}: the stop finished before the kill; again, bigger");
-        berth_ok(&home, &["exec", "k", "--", &format!("rm big{attempt}.bin")]);
-        berth_ok(&home, &["stop", "k"]);
-        berth_ok(&home, &["gc", "k"]);
-    }
-    assert!(killed_mid_way, "could not kill a stop mid-way");
-    // The stop ran in the server the CLI reached: its handler ends when
-    // the client goes, but an upload already handed to the store finishes.
-    // Wait until the store is still.
-    let mut left = objects(&store);
-    for _ in 0..50 {
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let now = objects(&store);
-        if now == left {
-            break;
-        }
-        left = now;
-    }
-    assert!(left.iter().any(|o| o.ends_with(".journal")), "{left:?}");
-    let orphans: Vec<_> = packs(&left)
-        .into_iter()
-        .filter(|p| !packs(&committed).contains(p))
-        .collect();
-    println!("orphans: {orphans:?}");
-    let dry = berth_ok(&home, &["gc", "k", "--dry-run"]);
-    assert!(dry.contains("would delete"), "{dry}");
-    assert_eq!(objects(&store), left, "a dry run deleted something");
-    berth_ok(&home, &["gc", "k"]);
-    let after = objects(&store);
-    assert!(!after.iter().any(|o| o.ends_with(".journal")), "{after:?}");
-    let state = record(&berth_state(&home, "k"));
-    let current = state.generations.last().unwrap().index.clone();
-    assert!(after.contains(&current));
-    // What is left is the committed generation's objects: no orphan pack.
-    assert!(
-        packs(&after).len() <= packs(&committed).len().max(1),
-        "orphans left: {after:?} (committed: {committed:?})"
-    );
-    // The sandbox still works: a stop commits, a restore brings it back.
-    berth_ok(&home, &["stop", "k"]);
-    let want = berth_ok(&home, &["exec", "k", "--", "sha256sum big*.bin a.txt"]);
-    berth_tests::remove_workspace(local_root(&berth_state(&home, "k")));
-    assert_eq!(
-        berth_ok(&home, &["exec", "k", "--", "sha256sum big*.bin a.txt"]),
-        want
-    );
-}
-
-#[test]
 fn forks_start_from_the_source_and_share_its_chunks() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
@@ -673,6 +578,9 @@ fn a_store_that_streams_forever_is_cut_off_at_the_index_cap() {
 
 #[path = "dedup_random.rs"]
 pub(crate) mod random;
+
+#[path = "dedup_killed_stop.rs"]
+mod killed_stop;
 
 /// A sandbox that checkpoints every command keeps a history to go back
 /// through without being told to (its newest 50 generations), says so at
