@@ -785,14 +785,16 @@ async fn an_idle_server_exits_and_the_next_command_starts_another() {
     assert_ne!(server_pid(h).await, first);
 }
 
+// The rest of the server's tests, by what they touch.
 #[path = "server_cli.rs"]
 mod cli_through_server;
-
 #[path = "server_clients.rs"]
 mod clients;
-
 #[path = "server_files.rs"]
 mod files;
-
+#[path = "server_forks.rs"]
+mod forks;
 #[path = "server_history.rs"]
 mod history;
+#[path = "server_pools.rs"]
+mod pools;

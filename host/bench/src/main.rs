@@ -15,6 +15,7 @@ mod egress_swarm;
 mod egress_tls;
 mod isolation;
 mod plugins;
+mod pools;
 mod s3;
 mod server;
 mod swarm;
@@ -50,7 +51,7 @@ pub struct BenchArgs {
     #[arg(long)]
     runs: Option<usize>,
     /// Run only these groups (repeatable): checkpoint, persist (persist, restore and
-    /// memory), dedup, plugins, docker, commands, server, swarm, s3,
+    /// memory), dedup, plugins, docker, commands, server, pools, swarm, s3,
     /// isolation, egress. By default, all.
     #[arg(long)]
     only: Vec<String>,
@@ -475,6 +476,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match server::server_rows(&image, args.quick).await {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: server rows skipped: {e:#}"),
+        }
+    }
+    if want("pools") {
+        let image =
+            std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
+        match pools::pool_rows(&image, args.quick).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: pool rows skipped: {e:#}"),
         }
     }
     if want("swarm") {

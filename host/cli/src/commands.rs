@@ -225,26 +225,19 @@ enum Command {
         message: Option<String>,
     },
     /// Make a new sandbox that starts from NAME's newest generation (or
-    /// --generation K), sharing its chunks (NAME needs a deduplicated
-    /// snapshot).
-    Fork {
-        /// The sandbox to fork.
-        name: String,
-        /// The new sandbox's name.
-        new: String,
-        /// Start from this kept generation instead of the newest (see
-        /// `berth inspect NAME`).
-        #[arg(long)]
-        generation: Option<u64>,
-        /// Create without starting.
-        #[arg(long)]
-        no_start: bool,
-    },
+    /// --generation K, or with --live the workspace as it is now),
+    /// sharing its chunks (NAME needs a deduplicated snapshot); with
+    /// --count N, N of them at once.
+    Fork(sandboxes::ForkArgs),
     /// A sandbox's egress policy and the log of its connections (time,
     /// host, port, bytes, allowed or denied and by which rule); with
     /// --allow-host and the like, the policy changed while it runs (from
     /// its next connection).
     Egress(sandboxes::EgressArgs),
+    /// Warm pools: sandboxes of a template kept started, claimed at once
+    /// by `berth create NAME --from-pool POOL`.
+    #[command(subcommand)]
+    Pool(sandboxes::PoolCommand),
     /// Check and inspect snapshot-store plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -268,14 +261,21 @@ impl Cli {
         use clap::{CommandFactory, FromArgMatches};
         let docs = sandboxes::backend_settings_docs();
         let mut command = Self::command();
-        let own: Vec<String> = command
+        let own_of = |c: &clap::Command| -> Vec<String> {
+            c.get_arguments()
+                .filter_map(|a| a.get_long().map(String::from))
+                .collect()
+        };
+        let mut own: Vec<String> = command
             .find_subcommand("create")
-            .map(|c| {
-                c.get_arguments()
-                    .filter_map(|a| a.get_long().map(String::from))
-                    .collect()
-            })
+            .map(own_of)
             .unwrap_or_default();
+        if let Some(c) = command
+            .find_subcommand("pool")
+            .and_then(|p| p.find_subcommand("create"))
+        {
+            own.extend(own_of(c));
+        }
         let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
         let args = match args
             .iter()
@@ -294,7 +294,10 @@ impl Cli {
             sandboxes::settings_help(&docs).trim_end(),
             sandboxes::snapshot_choices().join(", ")
         );
-        command = command.mut_subcommand("create", |c| c.after_long_help(help));
+        command = command.mut_subcommand("create", |c| c.after_long_help(help.clone()));
+        command = command.mut_subcommand("pool", |p| {
+            p.mut_subcommand("create", |c| c.after_long_help(help))
+        });
         let matches = command.get_matches_from(args);
         Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
@@ -349,12 +352,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             orphans: true, yes, ..
         } => sandboxes::gc_orphans(yes).await,
         Command::Gc { names, dry_run, .. } => sandboxes::gc(names, dry_run).await,
-        Command::Fork {
-            name,
-            new,
-            generation,
-            no_start,
-        } => sandboxes::fork(&name, &new, generation, no_start).await,
+        Command::Fork(a) => sandboxes::fork(a).await,
         Command::History { name, json } => sandboxes::history(&name, json).await,
         Command::Diff {
             name,
@@ -365,6 +363,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rewind { name, generation } => sandboxes::rewind(&name, generation).await,
         Command::Checkpoint { name, message } => sandboxes::checkpoint(&name, message).await,
         Command::Egress(a) => sandboxes::egress(a).await,
+        Command::Pool(c) => sandboxes::pool(c).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
         Command::Serve(a) => server::serve(a).await,
         Command::Server(c) => server::manage(c).await,

@@ -297,6 +297,59 @@ class Berth:
         self._json("POST", f"{API}/sandboxes", json_body=body)
         return Sandbox(self, name)
 
+    # -- warm pools -----------------------------------------------------------
+
+    def create_pool(
+        self,
+        name: str,
+        size: int,
+        *,
+        backend: Union[str, dict, None] = None,
+        image: Optional[str] = None,
+        snapshot: Optional[str] = None,
+        **options: Any,
+    ) -> dict:
+        """Makes a warm pool: the server keeps ``size`` sandboxes of this
+        template started and open, refilled in the background, so that
+        :meth:`claim` hands one over at once. ``backend``, ``image``,
+        ``snapshot`` and ``options`` are as :meth:`create` takes them
+        (``memory="2GiB"``, ``dedup_keep=...``). Returns the pool:
+        ``name``, ``size``, ``ready``, ``members``, ``making``,
+        ``template``."""
+        body = {"name": name, "size": size, **options}
+        for key, value in (("backend", backend), ("image", image), ("snapshot", snapshot)):
+            if value is not None:
+                body[key] = value
+        return self._json("POST", f"{API}/pools", json_body=body)
+
+    def pools(self) -> list:
+        """Every warm pool, with its members ready in the server."""
+        return self._json("GET", f"{API}/pools")
+
+    def pool(self, name: str) -> dict:
+        """One warm pool (``ready``: members a claim gets at once)."""
+        return self._json("GET", f"{API}/pools/{urllib.parse.quote(name, safe='')}")
+
+    def remove_pool(self, name: str) -> int:
+        """Removes a warm pool: every member shut down and forgotten
+        (sandboxes claimed from it stay). Returns how many were removed."""
+        reply = self._json("DELETE", f"{API}/pools/{urllib.parse.quote(name, safe='')}")
+        return int(reply["members_removed"])
+
+    def claim(self, name: str, pool: str, *, workspace: Optional[dict] = None) -> "Sandbox":
+        """A sandbox ``name`` from warm pool ``pool``: a started member
+        handed over with ``workspace`` applied (no bind mounts, the default
+        root), or, when none is ready, one created cold from the pool's
+        template. Either way it is running when this returns; the
+        sandbox's ``claimed`` says which (``{"pool", "warm", "reason"}``)."""
+        body: dict = {"name": name, "from_pool": pool}
+        if workspace is not None:
+            body["workspace"] = workspace
+        reply = self._json("POST", f"{API}/sandboxes", json_body=body)
+        sandbox = Sandbox(self, name)
+        sandbox.claimed = reply.get("claimed")
+        return sandbox
+
 
 def _query_value(v: Any) -> str:
     if isinstance(v, bool):

@@ -30,6 +30,9 @@ class Sandbox:
     def __init__(self, client: "Berth", name: str):
         self.client = client
         self.name = name
+        #: Where a sandbox from :meth:`Berth.claim` came from: ``{"pool",
+        #: "warm", "reason"}``; ``None`` for any other.
+        self.claimed: Optional[dict] = None
         self._path = f"{API}/sandboxes/{urllib.parse.quote(name, safe='')}"
 
     def __repr__(self) -> str:

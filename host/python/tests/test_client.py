@@ -3,6 +3,7 @@ Docker engine (image BERTH_TEST_IMAGE). Run by `cargo xtask test` through
 tests/server.rs; by hand: `berth serve &` then
 `BERTH_SOCKET=... python3 -m unittest discover -s tests -t .` here."""
 
+import contextlib
 import hashlib
 import io
 import json
@@ -397,6 +398,54 @@ class HistoryTest(unittest.TestCase):
             box.rewind(999)
         self.assertIn("999", refused.exception.message)
         self.assertEqual(box.files.read("named.txt"), b"by name\n")
+
+
+class PoolTest(unittest.TestCase):
+    """A warm pool on Docker: claims handed over at once, each workspace
+    the claim's own; the pool refilled; removed with its members."""
+
+    def test_claims_from_a_warm_pool(self):
+        b = Berth()
+        pool = "py-pool-" + uuid.uuid4().hex[:6]
+        made = b.create_pool(pool, 2, backend="docker", image=IMAGE)
+        self.assertEqual((made["name"], made["size"]), (pool, 2))
+        self.assertIn(pool, [p["name"] for p in b.pools()])
+        deadline = time.time() + 120
+        while b.pool(pool)["ready"] < 2:
+            self.assertLess(time.time(), deadline, b.pool(pool))
+            time.sleep(0.1)
+        names = [f"{pool}-task{i}" for i in range(3)]
+        boxes = []
+        try:
+            for name in names:
+                box = b.claim(
+                    name,
+                    pool,
+                    workspace={"entries": {"task.txt": {"type": "file", "content": name}}},
+                )
+                boxes.append(box)
+                self.assertEqual(box.claimed["pool"], pool)
+                self.assertEqual(box.exec("ls -A").stdout, "task.txt\n")
+                self.assertEqual(box.files.read("task.txt"), name.encode())
+            # Two were warm; the third came warm if the pool refilled in
+            # time, else cold, with a reason.
+            self.assertTrue(boxes[0].claimed["warm"] and boxes[1].claimed["warm"])
+            if not boxes[2].claimed["warm"]:
+                self.assertTrue(boxes[2].claimed["reason"])
+            with self.assertRaises(Conflict):
+                b.claim(names[0], pool)
+            with self.assertRaises(NotFound):
+                b.claim("py-nowhere", "no-such-pool")
+            self.assertGreaterEqual(b.remove_pool(pool), 1)
+            with self.assertRaises(NotFound):
+                b.pool(pool)
+            # Claimed sandboxes are not members: they outlive the pool.
+            self.assertEqual(boxes[0].exec("cat task.txt").stdout, names[0])
+        finally:
+            with contextlib.suppress(NotFound):
+                b.remove_pool(pool)
+            for box in boxes:
+                box.remove()
 
 
 class TcpAndLimitsTest(unittest.TestCase):

@@ -109,6 +109,14 @@ pub struct CreateSandbox {
     /// By default, none: the backend's network settings alone.
     #[serde(default)]
     pub egress: Option<crate::api_egress::CreateEgress>,
+    /// Claim it from this warm pool (`POST /v1/pools`): a started member
+    /// is handed over at once, with `workspace` applied (no bind mounts,
+    /// the default root); an empty pool, or a workspace a member cannot
+    /// take, creates it cold from the pool's template instead (the reply's
+    /// `claimed` says which). The template decides everything else: give
+    /// only `name` and `workspace`.
+    #[serde(default)]
+    pub from_pool: Option<String>,
     /// The backend kind's settings, given beside the fields above
     /// (`image`, `memory`, ...; see `GET /v1/backends`). A key the kind
     /// does not take is refused.
@@ -194,6 +202,10 @@ pub struct SandboxRecord {
     pub checkpoint_each_exec: bool,
     /// The lifecycle state (the library's `SandboxState` JSON).
     pub state: serde_json::Value,
+    /// Where it came from, in the reply of a create that named
+    /// `from_pool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed: Option<Claimed>,
 }
 
 /// `POST /v1/sandboxes/{name}/start`.
@@ -501,4 +513,18 @@ pub struct Checkpointed {
     /// Why it failed (the command's own result stands).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorDetail>,
+}
+
+/// In a create's reply, when it named `from_pool`: where the sandbox came
+/// from.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Claimed {
+    /// The pool.
+    pub pool: String,
+    /// Whether a warm member was handed over (`false`: created cold from
+    /// the pool's template, for `reason`).
+    pub warm: bool,
+    /// Why it was created cold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }

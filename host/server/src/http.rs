@@ -150,6 +150,38 @@ impl From<berth::sandbox::NamedSandboxError> for ApiError {
     }
 }
 
+impl From<berth::sandbox::ForkError> for ApiError {
+    fn from(e: berth::sandbox::ForkError) -> Self {
+        use berth::sandbox::ForkError as E;
+        match e {
+            E::Named(e) => e.into(),
+            E::Count(_) => ApiError::bad_request(chain(&e)),
+            E::Child { name, source } => {
+                let mut api = ApiError::from(*source);
+                api.message = format!("fork {name} failed ({}); no fork was kept", api.message);
+                api
+            }
+            other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", chain(&other)),
+        }
+    }
+}
+
+impl From<berth::sandbox::PoolError> for ApiError {
+    fn from(e: berth::sandbox::PoolError) -> Self {
+        use berth::sandbox::PoolError as E;
+        match e {
+            E::Named(e) => e.into(),
+            E::Create(e) => (*e).into(),
+            E::Sandbox(e) => e.into(),
+            E::Remove { source, .. } => (*source).into(),
+            E::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, "not_found", chain(&e)),
+            E::Exists { .. } => ApiError::new(StatusCode::CONFLICT, "exists", chain(&e)),
+            E::Template { .. } => ApiError::bad_request(chain(&e)),
+            other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", chain(&other)),
+        }
+    }
+}
+
 impl From<berth::sandbox::CreateError> for ApiError {
     fn from(e: berth::sandbox::CreateError) -> Self {
         use berth::sandbox::CreateError as E;

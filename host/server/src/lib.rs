@@ -28,12 +28,14 @@
 mod api;
 mod api_egress;
 mod api_history;
+mod api_pools;
 mod handlers;
 mod http;
 mod listen;
 mod notices;
 mod open;
 mod openapi;
+mod pool_keeper;
 mod route;
 mod routes;
 
@@ -44,6 +46,7 @@ use berth::sandbox::NamedSandboxes;
 pub use api::*;
 pub use api_egress::*;
 pub use api_history::*;
+pub use api_pools::*;
 pub use http::{BoxError, Reply, ReplyBody, RequestBody};
 pub use listen::{ServeError, Server};
 pub use notices::{EventText, WarningRelay, NOTICES_HEADER, NOTICE_TARGET, WARNINGS_HEADER};
@@ -128,6 +131,7 @@ impl Default for Limits {
 
 pub(crate) struct Inner {
     pub(crate) open: OpenSandboxes,
+    pub(crate) pools: Arc<pool_keeper::PoolKeeper>,
     pub(crate) execs: Execs,
     pub(crate) limits: Limits,
     pub(crate) routes: Vec<routes::Route>,
@@ -158,6 +162,9 @@ impl Api {
     pub fn with_limits(named: NamedSandboxes, limits: Limits) -> Self {
         Api {
             inner: Arc::new(Inner {
+                pools: Arc::new(pool_keeper::PoolKeeper::new(berth::sandbox::Pools::new(
+                    named.clone(),
+                ))),
                 open: OpenSandboxes::new(named),
                 execs: Execs::default(),
                 limits,
@@ -169,6 +176,20 @@ impl Api {
     /// How many sandboxes are open (kept attached between requests).
     pub fn open_sandboxes(&self) -> usize {
         self.inner.open.count()
+    }
+
+    /// Starts keeping the home's warm pools full (members made, opened
+    /// and checked in the background); a server calls it as it starts, so
+    /// the pools a previous server kept are opened again. Call it on a
+    /// tokio runtime.
+    pub fn keep_pools(&self) {
+        self.inner.pools.start();
+    }
+
+    /// Whether the home has a warm pool (a server keeping one does not
+    /// exit when idle).
+    pub fn keeps_pools(&self) -> bool {
+        self.inner.pools.keeps_any()
     }
 
     /// Answers one request. Paths start with `/v1/`; see

@@ -122,6 +122,7 @@ impl Server {
             ));
         }
         let activity = Arc::new(Activity::default());
+        self.api.keep_pools();
         let mut tasks = tokio::task::JoinSet::new();
         let mut socket_identity = None;
         if let Some(path) = &self.socket {
@@ -186,7 +187,9 @@ impl Server {
                         }
                     }
                     if let Some(idle) = self.idle_exit {
-                        if activity.idle_for() >= idle {
+                        // A server keeping warm pools stays up while it
+                        // has one.
+                        if activity.idle_for() >= idle && !self.api.keeps_pools() {
                             break "idle";
                         }
                     }

@@ -89,6 +89,24 @@ impl OpenSandboxes {
         Ok((lock, open))
     }
 
+    /// Keeps `sandbox`, running, open under `record`'s name (its lock held
+    /// by the caller, its state file just written): the next command
+    /// reuses it.
+    pub(crate) fn insert(
+        &self,
+        record: &NamedSandbox,
+        sandbox: Sandbox,
+    ) -> Result<(), NamedSandboxError> {
+        let seen = self.named.read_text(&record.name)?.unwrap_or_default();
+        let open = Arc::new(OpenSandbox {
+            sandbox: tokio::sync::RwLock::new(sandbox),
+            seen: Mutex::new(seen),
+            checkpoint_each_exec: record.checkpoint_each_exec,
+        });
+        self.map().insert(record.name.clone(), open);
+        Ok(())
+    }
+
     /// `name`, open and attached; its lock released (commands may run in
     /// parallel once it is up).
     pub(crate) async fn get(&self, name: &str) -> Result<Arc<OpenSandbox>, NamedSandboxError> {

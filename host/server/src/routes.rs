@@ -9,7 +9,8 @@ use http::{Method, StatusCode};
 use crate::api;
 use crate::api_egress;
 use crate::api_history;
-use crate::handlers::{egress, exec, files, history, processes, sandboxes};
+use crate::api_pools;
+use crate::handlers::{egress, exec, files, forks, history, pools, processes, sandboxes};
 use crate::http::ApiError;
 use crate::route::{json, lines};
 pub(crate) use crate::route::{Call, Handler, Payload, Route};
@@ -40,11 +41,16 @@ pub(crate) fn table() -> Vec<Route> {
         r(Method::GET, "/v1/backends", "The backend kinds this server creates, with their settings.", &[], Empty, json::<Vec<api::BackendKind>>(), sandboxes::backends),
         r(Method::GET, "/v1/sandboxes", "List sandboxes.", &[], Empty, json::<Vec<api::SandboxSummary>>(), sandboxes::list),
         r(Method::POST, "/v1/sandboxes", "Create a sandbox (and start it, unless `start` is false).", &[], json::<api::CreateSandbox>(), json::<api::SandboxRecord>(), sandboxes::create),
+        r(Method::GET, "/v1/pools", "List warm pools: each one's template, size, and members ready in this server.", &[], Empty, json::<Vec<api_pools::Pool>>(), pools::list),
+        r(Method::POST, "/v1/pools", "Make a warm pool: the server keeps `size` sandboxes of the template started and open, refilled in the background; a create naming `from_pool` claims one.", &[], json::<api_pools::CreatePool>(), json::<api_pools::Pool>(), pools::create),
+        r(Method::GET, "/v1/pools/{pool}", "One warm pool.", &[], Empty, json::<api_pools::Pool>(), pools::get),
+        r(Method::DELETE, "/v1/pools/{pool}", "Remove a warm pool: every member shut down and forgotten (claimed sandboxes are not members).", &[], Empty, json::<api_pools::PoolRemoved>(), pools::remove),
         r(Method::GET, "/v1/sandboxes/{name}", "A sandbox's record (`berth inspect`).", &[], Empty, json::<api::SandboxRecord>(), sandboxes::inspect),
         r(Method::DELETE, "/v1/sandboxes/{name}", "Shut a sandbox down, delete the snapshots Berth made for it (unless `keep_snapshot`) and forget it.", &[("keep_snapshot", false, "Persist the workspace first and keep its snapshot."), ("force", false, "Forget it even if shutting down or deleting fails.")], Empty, json::<api::Done>(), sandboxes::remove),
         r(Method::POST, "/v1/sandboxes/{name}/start", "Start: reuse, rebuild or restore the workspace.", &[], Empty, json::<api::Started>(), sandboxes::start),
         r(Method::POST, "/v1/sandboxes/{name}/stop", "Persist the workspace into its snapshot (destroys nothing).", &[], Empty, json::<api::SandboxRecord>(), sandboxes::stop),
         r(Method::POST, "/v1/sandboxes/{name}/fork", "Fork: a new sandbox starting from one of this one's kept generations (deduplicated snapshots).", &[], json::<api::ForkBody>(), json::<api::SandboxRecord>(), sandboxes::fork),
+        r(Method::POST, "/v1/sandboxes/{name}/forks", "Fork into many: `count` new sandboxes (`prefix1` …) made and started in parallel from one generation — by default a checkpoint of the running workspace written now (a live fork; the parent keeps running). All or none: a child that fails removes the others.", &[], json::<api_pools::ForksBody>(), json::<api_pools::Forked>(), forks::forks),
         r(Method::GET, "/v1/sandboxes/{name}/history", "The kept generations of a deduplicated snapshot, oldest first: when, why (a command's checkpoint, a named checkpoint, a rewind, a stop) and what each changed.", &[], Empty, json::<api_history::History>(), history::history),
         r(Method::GET, "/v1/sandboxes/{name}/diff", "The paths two kept generations differ by, read from their indexes (nothing else is downloaded).", &[("from", true, "The older generation."), ("to", true, "The newer generation.")], Empty, json::<api_history::Diff>(), history::diff),
         r(Method::POST, "/v1/sandboxes/{name}/checkpoint", "Write a generation of the running workspace now (it keeps running).", &[], json::<api_history::CheckpointBody>(), json::<api::Checkpointed>(), history::checkpoint),

@@ -141,6 +141,14 @@ impl BackendSettings {
         }
     }
 
+    /// As JSON: an object with the kind under `type` and the settings
+    /// beside it (what [`BackendSettings::from_json`] reads back).
+    pub fn to_json(&self) -> Value {
+        let mut object = self.values.clone();
+        object.insert("type".into(), Value::String(self.kind.clone()));
+        Value::Object(object)
+    }
+
     /// The kind.
     pub fn kind(&self) -> &str {
         &self.kind

@@ -250,6 +250,13 @@ pub enum SandboxError {
         /// Why shutdown failed, if it did.
         shutdown: Option<Box<SandboxError>>,
     },
+    /// [`super::Sandbox::take_over`] found a workspace that is not empty:
+    /// only a sandbox that has run nothing is handed to a new owner.
+    #[error("the workspace holds {entries} entries already: only a sandbox that has run nothing is taken over (it is not a fresh pool member)")]
+    NotFresh {
+        /// How many entries the workspace's root holds.
+        entries: usize,
+    },
 }
 
 impl From<StorageError> for SandboxError {

@@ -26,9 +26,11 @@ mod helper;
 mod moving;
 mod named;
 mod named_create;
+mod named_fork;
 mod options;
 mod orphan_files;
 mod persist;
+mod pool;
 mod processes;
 mod removal;
 mod restore;
@@ -48,7 +50,12 @@ pub use files::{FileInfo, FileKind, FileReader, Files};
 pub use moving::OrphanCleanup;
 pub use named::{NamedSandbox, NamedSandboxError, NamedSandboxes};
 pub use named_create::{default_keep, CreateError, CreateRequest, CHECKPOINT_KEEP};
+pub use named_fork::{fork_names, ForkError, MAX_FORKS};
 pub use options::{Progress, ProgressFn, SandboxOptions, SaveState, StartBranch, StateSink};
+pub use pool::{
+    Claim, ClaimRequest, ClaimSource, HandOverError, PoolError, PoolSpec, PoolStatus, Pools,
+    MAX_POOL_SIZE,
+};
 pub use processes::{BackgroundProcess, DetachRequest, ProcessState, Processes, DEFAULT_LOG_RING};
 pub use removal::{Removal, RemoveError, RemoveOptions};
 pub use snapshot_binding::{SnapshotChoiceError, SnapshotSpec};

@@ -104,12 +104,29 @@ fn yes() -> bool {
 #[derive(Clone, Debug)]
 pub struct NamedSandboxes {
     client: SandboxClient,
+    /// Where the state files are: `HOME/sandboxes`, or a pool's directory.
+    dir: PathBuf,
 }
 
 impl NamedSandboxes {
     /// The named sandboxes under `client`'s home.
     pub fn new(client: SandboxClient) -> Self {
-        NamedSandboxes { client }
+        let dir = client.home().join("sandboxes");
+        NamedSandboxes { client, dir }
+    }
+
+    /// Named sandboxes whose state files are in `dir` instead (a warm
+    /// pool's members: see [`super::Pools`]), resumed through `client`.
+    pub fn in_dir(client: SandboxClient, dir: impl Into<PathBuf>) -> Self {
+        NamedSandboxes {
+            client,
+            dir: dir.into(),
+        }
+    }
+
+    /// The directory of the state files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The client sandboxes are created and resumed with.
@@ -128,9 +145,7 @@ impl NamedSandboxes {
             name: name.to_string(),
             source,
         })?;
-        Ok(StateFile::new(
-            self.home().join("sandboxes").join(format!("{name}.json")),
-        ))
+        Ok(StateFile::new(self.dir.join(format!("{name}.json"))))
     }
 
     /// Waits for `name`'s lock.
@@ -163,7 +178,14 @@ impl NamedSandboxes {
 
     /// Writes `record` atomically (temp file, fsync, rename).
     pub fn save(&self, record: &NamedSandbox) -> Result<(), NamedSandboxError> {
-        let file = self.state_file(&record.name)?;
+        self.save_as(&record.name, record)
+    }
+
+    /// Writes `record` atomically into the state file of `file_name`, which
+    /// may differ from the record's own name (a pool member's record
+    /// naming its new owner, just before the file moves to that name).
+    pub fn save_as(&self, file_name: &str, record: &NamedSandbox) -> Result<(), NamedSandboxError> {
+        let file = self.state_file(file_name)?;
         let text =
             serde_json::to_string_pretty(record).map_err(|source| NamedSandboxError::Corrupt {
                 path: file.path().to_path_buf(),
@@ -183,7 +205,7 @@ impl NamedSandboxes {
     pub fn list(&self) -> (Vec<NamedSandbox>, Vec<PathBuf>) {
         let mut rows = Vec::new();
         let mut unreadable = Vec::new();
-        if let Ok(rd) = std::fs::read_dir(self.home().join("sandboxes")) {
+        if let Ok(rd) = std::fs::read_dir(&self.dir) {
             for e in rd.flatten() {
                 let p = e.path();
                 if p.extension().is_some_and(|x| x == "json") {

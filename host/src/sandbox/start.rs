@@ -149,6 +149,39 @@ impl Sandbox {
         self.start_provisioned(provisioned).await
     }
 
+    /// Hands this started sandbox, which has run nothing (a warm pool's
+    /// member), to a new owner: checks that its workspace is empty, gives
+    /// it `manifest` (its environment for every command from now on, its
+    /// entries written into the workspace) and `options` (the new owner's
+    /// state file). Saves nothing: the caller records the new owner. On
+    /// [`SandboxError::NotFresh`] or an error before writing, the sandbox
+    /// is as it was; a failed write can leave part of the entries.
+    ///
+    /// The manifest must keep the sandbox's workspace root and name no
+    /// bind mount: those are fixed when the backend makes the sandbox
+    /// (`check_workspace` refuses what this backend cannot honour).
+    pub async fn take_over(
+        &mut self,
+        manifest: crate::workspace::WorkspaceSpec,
+        options: super::SandboxOptions,
+    ) -> Result<(), SandboxError> {
+        if !self.running {
+            return Err(SandboxError::NotStarted);
+        }
+        manifest.validate()?;
+        self.backend.check_workspace(&manifest)?;
+        entries::check_sources(&manifest, Selection::All)?;
+        let found = self.files().list(".").await?;
+        if !found.is_empty() {
+            return Err(SandboxError::NotFresh {
+                entries: found.len(),
+            });
+        }
+        self.state.manifest = manifest;
+        self.options = options;
+        self.apply_entries(Selection::All).await
+    }
+
     pub(super) async fn apply_entries(&mut self, selection: Selection) -> Result<(), SandboxError> {
         if !entries::selects_any(&self.state.manifest, selection, self.backend.bind_mounts()) {
             return Ok(());

@@ -11,8 +11,11 @@ import { Sandbox } from "./sandbox";
 import {
   API,
   BackendKind,
+  Claimed,
   ExecEvent,
   HostDefaults,
+  Pool,
+  SandboxRecord,
   SandboxSummary,
   parseEvent,
 } from "./types";
@@ -312,6 +315,67 @@ export class Berth {
     await this.json("POST", `${API}/sandboxes`, { json: body });
     return new Sandbox(this, name);
   }
+
+  /**
+   * Makes a warm pool: the server keeps `size` sandboxes of this template
+   * started and open, refilled in the background, so that {@link claim}
+   * hands one over at once. The template is what {@link create} takes.
+   */
+  createPool(name: string, size: number, options: CreatePoolOptions = {}): Promise<Pool> {
+    const { backend, image, snapshot, settings } = options;
+    const body: Record<string, unknown> = { name, size, ...(settings ?? {}) };
+    if (backend !== undefined) body.backend = backend;
+    if (image !== undefined) body.image = image;
+    if (snapshot !== undefined) body.snapshot = snapshot;
+    return this.json("POST", `${API}/pools`, { json: body });
+  }
+
+  /** Every warm pool, with its members ready in the server. */
+  pools(): Promise<Pool[]> {
+    return this.json("GET", `${API}/pools`);
+  }
+
+  /** One warm pool (`ready`: members a claim gets at once). */
+  pool(name: string): Promise<Pool> {
+    return this.json("GET", `${API}/pools/${encodeURIComponent(name)}`);
+  }
+
+  /**
+   * Removes a warm pool: every member shut down and forgotten (sandboxes
+   * claimed from it stay). Resolves to how many were removed.
+   */
+  async removePool(name: string): Promise<number> {
+    const reply: { members_removed: number } = await this.json("DELETE", `${API}/pools/${encodeURIComponent(name)}`);
+    return reply.members_removed;
+  }
+
+  /**
+   * A sandbox `name` from warm pool `pool`: a started member handed over
+   * with `workspace` applied (no bind mounts, the default root), or, when
+   * none is ready, one created cold from the pool's template. Either way
+   * it runs when this resolves; `claimed` says which.
+   */
+  async claim(name: string, pool: string, options: { workspace?: Record<string, unknown> } = {}): Promise<{ sandbox: Sandbox; claimed: Claimed }> {
+    const body: Record<string, unknown> = { name, from_pool: pool };
+    if (options.workspace !== undefined) body.workspace = options.workspace;
+    const record: SandboxRecord = await this.json("POST", `${API}/sandboxes`, { json: body });
+    return {
+      sandbox: new Sandbox(this, name),
+      claimed: record.claimed ?? { pool, warm: false },
+    };
+  }
+}
+
+/** What `createPool` takes besides the name and size: the template, as `create` takes it. */
+export interface CreatePoolOptions {
+  /** A kind's name or `{ type, ...settings }`, as in {@link CreateOptions}. */
+  backend?: string | ({ type: string } & Record<string, unknown>);
+  /** The image (Docker and swarm), flat. */
+  image?: string;
+  /** Where claimed sandboxes' snapshots go. */
+  snapshot?: string;
+  /** Further fields of `POST /v1/pools`, or the kind's settings given flat. */
+  settings?: Record<string, unknown>;
 }
 
 /**

@@ -15,7 +15,7 @@
  */
 
 export { Berth, defaultSocket } from "./client";
-export type { BerthOptions, CreateOptions, EgressPolicy, RequestOptions } from "./client";
+export type { BerthOptions, CreateOptions, CreatePoolOptions, EgressPolicy, RequestOptions } from "./client";
 export type { Body } from "./io";
 export { Files, Sandbox } from "./sandbox";
 export type { CollectOptions, Command, ExecOptions, StreamOptions } from "./sandbox";
@@ -35,6 +35,7 @@ export { API } from "./types";
 export type {
   BackendKind,
   Checkpointed,
+  Claimed,
   Diff,
   EgressConnection,
   EgressReport,
@@ -49,6 +50,7 @@ export type {
   HostDefaults,
   Note,
   PathDiff,
+  Pool,
   Process,
   SandboxRecord,
   SandboxSummary,

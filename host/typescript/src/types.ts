@@ -107,6 +107,33 @@ export interface SandboxRecord {
   checkpoint_each_exec: boolean;
   /** The backend's state (what resumes it), as saved. */
   state: Record<string, unknown>;
+  /** In a claim's reply: where the sandbox came from. */
+  claimed?: Claimed;
+}
+
+/** Where a claimed sandbox came from (`Berth.claim`). */
+export interface Claimed {
+  /** The pool. */
+  pool: string;
+  /** A warm member was handed over (`false`: created cold from the pool's template, for `reason`). */
+  warm: boolean;
+  /** Why it was created cold. */
+  reason?: string;
+}
+
+/** A warm pool (`GET /v1/pools/NAME`). */
+export interface Pool {
+  name: string;
+  /** How many started sandboxes it keeps. */
+  size: number;
+  /** Members open in the server, handed over at once by a claim. */
+  ready: number;
+  /** Members on record (ready, being opened, or being made). */
+  members: number;
+  /** Members being made now. */
+  making: number;
+  /** The template: `backend`, `snapshot`, ... */
+  template: Record<string, unknown>;
 }
 
 /** One row of `GET /v1/sandboxes`. */

@@ -421,6 +421,43 @@ describe("history", { skip: !process.env.BERTH_TEST_STORE_MANIFEST && "no store 
   });
 });
 
+describe("pools", () => {
+  test("claims from a warm pool: handed over at once, each workspace its own", async () => {
+    const b = new Berth();
+    const pool = unique("ts-pool");
+    const made = await b.createPool(pool, 2, { backend: "docker", image: IMAGE });
+    assert.deepEqual([made.name, made.size], [pool, 2]);
+    assert.ok((await b.pools()).some((p) => p.name === pool));
+    const deadline = Date.now() + 120_000;
+    while ((await b.pool(pool)).ready < 2) {
+      assert.ok(Date.now() < deadline, "the pool never filled");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const boxes: Sandbox[] = [];
+    try {
+      for (const i of [0, 1]) {
+        const name = `${pool}-task${i}`;
+        const { sandbox, claimed } = await b.claim(name, pool, {
+          workspace: { entries: { "task.txt": { type: "file", content: name } } },
+        });
+        boxes.push(sandbox);
+        assert.deepEqual([claimed.pool, claimed.warm], [pool, true]);
+        assert.equal((await sandbox.exec("ls -A")).stdout, "task.txt\n");
+        assert.equal((await sandbox.files.read("task.txt")).toString(), name);
+      }
+      await assert.rejects(b.claim(boxes[0].name, pool), Conflict);
+      await assert.rejects(b.pool("no-such-pool"), NotFound);
+      assert.ok((await b.removePool(pool)) >= 1);
+      await assert.rejects(b.pool(pool), NotFound);
+      // Claimed sandboxes are not members: they outlive the pool.
+      assert.equal((await boxes[0].exec("cat task.txt")).stdout, boxes[0].name);
+    } finally {
+      await b.removePool(pool).catch(() => undefined);
+      for (const box of boxes) await box.remove();
+    }
+  });
+});
+
 describe("tcp and limits", { skip: !process.env.BERTH_TCP_URL && "no TCP server given (BERTH_TCP_URL)" }, () => {
   const url = process.env.BERTH_TCP_URL ?? "";
   const token = process.env.BERTH_TOKEN ?? "";

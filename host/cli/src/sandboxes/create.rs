@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use berth::backend::BackendSettings;
 use berth::sandbox::CreateRequest;
 use berth::workspace::WorkspaceSpec;
 use clap::Args;
@@ -49,19 +48,16 @@ pub struct CreateArgs {
     /// rewind NAME K` goes back). By default, off: only stops write one.
     #[arg(long, requires = "dedup", value_parser = ["each-exec", "off"])]
     checkpoint: Option<String>,
-    /// The backend kind: local (the default), docker, swarm, or one an
-    /// embedder registered. Its settings follow as -o KEY=VALUE or --KEY
-    /// VALUE (see below).
-    #[arg(long, value_name = "KIND")]
-    backend: Option<String>,
-    /// A backend setting, KEY=VALUE (repeatable; a repeated key is a
-    /// list): -o image=alpine -o memory=2GiB.
-    #[arg(short = 'o', long = "opt", value_name = "KEY=VALUE")]
-    opts: Vec<String>,
-    /// Backend settings from a JSON file: {"type": KIND, KEY: VALUE, ...}
-    /// (-o and --backend given too win).
-    #[arg(long, value_name = "FILE")]
-    backend_config: Option<PathBuf>,
+    /// The backend and its settings.
+    #[command(flatten)]
+    backend: super::backend_args::BackendArgs,
+    /// Claim it from this warm pool (`berth pool create`): a started
+    /// sandbox of the pool's template is handed over at once, with
+    /// --workspace applied; an empty pool creates it cold from the
+    /// template instead (and says so). The template decides the backend,
+    /// the snapshot store and the rest.
+    #[arg(long, value_name = "POOL", conflicts_with_all = ["snapshot_id", "compress", "dedup", "no_freeze", "no_start"])]
+    from_pool: Option<String>,
     /// Do not pause the container while `stop` reads the workspace (by
     /// default it is paused, so the snapshot is one moment of it).
     #[arg(long)]
@@ -78,37 +74,6 @@ pub struct CreateArgs {
     /// Print the state as JSON.
     #[arg(long)]
     json: bool,
-}
-
-/// The backend settings the flags give: `--backend-config`, then
-/// `--backend`, then each `-o`.
-fn backend_settings(args: &CreateArgs) -> anyhow::Result<BackendSettings> {
-    let default_kind = args
-        .backend
-        .as_deref()
-        .unwrap_or(berth::backend::local::KIND);
-    let mut settings = match &args.backend_config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading --backend-config {}", path.display()))?;
-            let value: serde_json::Value = serde_json::from_str(&text)
-                .with_context(|| format!("--backend-config {} is not JSON", path.display()))?;
-            BackendSettings::from_json(value, default_kind)
-                .with_context(|| format!("--backend-config {}", path.display()))?
-        }
-        None => BackendSettings::new(default_kind),
-    };
-    if settings.kind() != default_kind && args.backend.is_some() {
-        let values = settings.values().clone();
-        settings = BackendSettings::new(default_kind);
-        for (key, value) in values {
-            settings.add(key, value);
-        }
-    }
-    for pair in &args.opts {
-        settings.add_pair(pair)?;
-    }
-    Ok(settings)
 }
 
 /// The workspace manifest of `--workspace`, host paths resolved from its
@@ -134,7 +99,20 @@ fn workspace(path: Option<&Path>) -> anyhow::Result<(WorkspaceSpec, bool)> {
 pub async fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
     let (workspace, names_root) = workspace(args.workspace.as_deref())?;
-    let mut request = CreateRequest::new(args.name.clone(), backend_settings(&args)?);
+    if let Some(pool) = &args.from_pool {
+        if args.backend.given()
+            || args.snapshot != "local"
+            || args.checkpoint.is_some()
+            || args.egress.settings()?.is_some()
+        {
+            anyhow::bail!("--from-pool takes the pool's template: give only the name and --workspace (`berth pool ls --json` shows the template)");
+        }
+        return super::pools::claim(&home, pool, &args.name, workspace, args.json).await;
+    }
+    let mut request = CreateRequest::new(
+        args.name.clone(),
+        super::backend_args::backend_settings(&args.backend)?,
+    );
     request.workspace = workspace;
     request.snapshot = args.snapshot.clone();
     request.snapshot_id = args.snapshot_id.clone();

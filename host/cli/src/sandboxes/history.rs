@@ -194,7 +194,19 @@ async fn rewind_here(home: &Path, name: &str, number: u64) -> anyhow::Result<u64
 /// workspace now, through the server when one runs.
 pub async fn checkpoint(name: &str, message: Option<String>) -> anyhow::Result<ExitCode> {
     let home = berth_home()?;
-    let generation = match Remote::for_home(&home).await {
+    let generation = take_checkpoint(&home, name, message).await?;
+    println!("{name}: generation {generation}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A checkpoint of `name` now, through the server when one runs; its
+/// generation.
+pub(super) async fn take_checkpoint(
+    home: &Path,
+    name: &str,
+    message: Option<String>,
+) -> anyhow::Result<u64> {
+    Ok(match Remote::for_home(home).await {
         Some(remote) => {
             let path = format!("{}/checkpoint", through_server::sandbox_path(name));
             let taken: Checkpointed = remote
@@ -207,20 +219,18 @@ pub async fn checkpoint(name: &str, message: Option<String>) -> anyhow::Result<E
             taken.generation.unwrap_or_default()
         }
         None => {
-            let (_lock, mut saved, mut sandbox) = resumed(&home, name).await?;
+            let (_lock, mut saved, mut sandbox) = resumed(home, name).await?;
             sandbox.history()?;
             sandbox.attach().await?;
             let result = sandbox
                 .checkpoint(GenerationNote::Checkpoint { message })
                 .await;
             saved.state = sandbox.state();
-            save(&home, &saved)?;
+            save(home, &saved)?;
             result?;
             sandbox.history()?.current.unwrap_or_default()
         }
-    };
-    println!("{name}: generation {generation}");
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// After a command of a sandbox created with `--checkpoint each-exec`:

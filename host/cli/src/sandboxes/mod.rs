@@ -11,12 +11,14 @@ use crate::table;
 /// What the CLI keeps per sandbox (shared with `berth serve`).
 type Saved = berth::sandbox::NamedSandbox;
 
+mod backend_args;
 mod commands;
 mod create;
 mod egress;
 mod files;
 mod history;
 mod listing;
+mod pools;
 mod remove;
 mod run;
 mod setting_flags;
@@ -27,7 +29,8 @@ pub use create::{create, CreateArgs};
 pub use egress::{egress, EgressArgs};
 pub use files::{cp, files, FilesCommand};
 pub use history::{checkpoint, diff, history, rewind};
-pub use listing::{fork, ls};
+pub use listing::{fork, ls, ForkArgs};
+pub use pools::{pool, PoolCommand};
 pub use remove::{gc, gc_orphans, rm};
 pub use run::{hydrate, inspect, persist, shutdown, start, stop, StartArgs};
 

@@ -13,12 +13,17 @@ pub(crate) type KindDocs = Vec<(String, Vec<SettingDoc>)>;
 /// line) into `-o KEY=VALUE`. `own` are create's own long flags, left
 /// alone; everything after `--` is too.
 pub(crate) fn expand(args: Vec<String>, docs: &KindDocs, own: &[String]) -> Vec<String> {
+    // `create`, or `pool create`, as the first word that is not a flag.
     let Some(at) = args
         .iter()
         .skip(1)
         .position(|a| !a.starts_with('-'))
         .map(|i| i + 1)
-        .filter(|&i| args[i] == "create")
+        .and_then(|i| match args[i].as_str() {
+            "create" => Some(i),
+            "pool" if args.get(i + 1).is_some_and(|a| a == "create") => Some(i + 1),
+            _ => None,
+        })
     else {
         return args;
     };
@@ -167,6 +172,14 @@ mod tests {
             "berth --no-server create a -o agent=true --unknown 3 -- --image"
         );
         assert_eq!(expanded("berth exec a --image x"), "berth exec a --image x");
+        assert_eq!(
+            expanded("berth pool create py --backend docker --image x --size 3"),
+            "berth pool create py --backend docker -o image=x --size 3"
+        );
+        assert_eq!(
+            expanded("berth pool ls --image x"),
+            "berth pool ls --image x"
+        );
         let abs = expanded("berth create a --root-dir ws");
         assert!(
             abs.starts_with("berth create a -o root_dir=/") && abs.ends_with("/ws"),

@@ -5,18 +5,16 @@ use std::sync::Arc;
 
 use berth::backend::BackendSettings;
 use berth::sandbox::{CreateRequest, NamedSandbox, Sandbox, StartBranch, StateLock};
-use berth::WorkspaceSpec;
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::record;
 use crate::api;
-use crate::http::{bytes_reply, json_reply, read_json, ApiError, Reply};
+use crate::http::{bytes_reply, json_reply, read_json, ApiError};
 use crate::route::Call;
 use crate::Inner;
 
-pub(crate) type Answer = BoxFuture<'static, Result<Reply, ApiError>>;
+pub(crate) use super::Answer;
 
 pub(crate) fn version(_: Arc<Inner>, _: Call) -> Answer {
     async move {
@@ -75,10 +73,17 @@ pub(crate) fn inspect(inner: Arc<Inner>, call: Call) -> Answer {
 
 pub(crate) fn create(inner: Arc<Inner>, call: Call) -> Answer {
     async move {
-        let body: api::CreateSandbox = read_json(call.body, inner.limits.json_body).await?;
+        let mut body: api::CreateSandbox = read_json(call.body, inner.limits.json_body).await?;
+        if let Some(pool) = body.from_pool.take() {
+            return super::pools::claim(&inner, body, pool).await;
+        }
         let named = inner.open.named();
         let request = request_of(body, named.home())?;
-        let (record_saved, _sandbox) = named.create(request, |_| {}).await?;
+        let (record_saved, sandbox) = named.create(request, |_| {}).await?;
+        if sandbox.is_running() {
+            // Kept open: the first command needs no resume and attach.
+            inner.open.insert(&record_saved, sandbox)?;
+        }
         Ok(json_reply(&record(&record_saved)))
     }
     .boxed()
@@ -154,13 +159,7 @@ fn request_of(body: api::CreateSandbox, home: &std::path::Path) -> Result<Create
     }
     let mut request = CreateRequest::new(body.name, settings);
     if let Some(v) = body.workspace {
-        let mut w: WorkspaceSpec = serde_json::from_value(v).map_err(|e| {
-            ApiError::bad_request(format!(
-                "`workspace` is not a valid workspace manifest: {e}"
-            ))
-        })?;
-        w.resolve_host_paths(home);
-        request.workspace = w;
+        request.workspace = super::workspace_of(v, home)?;
     }
     if let Some(snapshot) = body.snapshot {
         request.snapshot = snapshot;

@@ -1,0 +1,221 @@
+//! Warm pools on Docker: a claim through the API until the first output
+//! of `true` in the claimed sandbox, against what a user would do instead
+//! (`docker run -d` then `docker exec true`) and Berth's own cold create
+//! through the same API.
+//!
+//! The requests are plain HTTP/1.1 over the server's Unix socket, one
+//! connection each, as an agent framework's client sends them. Before each
+//! claim the bench waits (untimed) until the pool is full again, and
+//! removes each claimed sandbox (untimed): the figure is a claim from a
+//! pool kept at its size, and the rows say how many claims were cold.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::server::berth;
+use super::*;
+
+/// One request over the server's socket; the status and the JSON reply.
+async fn request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> anyhow::Result<(u16, serde_json::Value)> {
+    let mut stream = tokio::net::UnixStream::connect(socket).await?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: berth\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).await?;
+    let text = String::from_utf8_lossy(&reply);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("{method} {path}: no reply"))?;
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("{method} {path}: no status in {head:?}"))?;
+    let json = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+    anyhow::ensure!(status < 300, "{method} {path}: {status} {json}");
+    Ok((status, json))
+}
+
+/// `true` in `name`, which must exit 0.
+async fn exec_true(socket: &Path, name: &str) -> anyhow::Result<()> {
+    let (_, reply) = request(
+        socket,
+        "POST",
+        &format!("/v1/sandboxes/{name}/exec"),
+        Some(&serde_json::json!({"command": "true"})),
+    )
+    .await?;
+    anyhow::ensure!(reply["exit_code"] == 0, "true in {name}: {reply}");
+    Ok(())
+}
+
+/// Waits until `pool` has `ready` members open.
+async fn wait_full(socket: &Path, pool: &str, ready: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, view) = request(socket, "GET", &format!("/v1/pools/{pool}"), None).await?;
+        if view["ready"].as_u64() >= Some(ready) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "pool {pool} never filled: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub(super) async fn pool_rows(image: &str, quick: bool) -> anyhow::Result<Vec<Row>> {
+    let home_dir = tempfile::Builder::new()
+        .prefix("berth-bench-pools-")
+        .tempdir()?;
+    let home = home_dir.path();
+    let socket = home.join("berth.sock");
+    let mut server = berth(home)?
+        .args(["serve", "--idle-exit", "10m"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(home.join("serve.log"))?)
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "berth serve did not answer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let result = measure(&socket, image, quick).await;
+    let _ = request(&socket, "DELETE", "/v1/pools/bench", None).await;
+    let _ = server.kill();
+    let _ = server.wait();
+    // Whatever the run left.
+    let (sandboxes, _) = berth::sandbox::NamedSandboxes::new(client_builder(home).build()).list();
+    for s in sandboxes {
+        let _ = berth(home)?
+            .args(["--no-server", "rm", "--force", &s.name])
+            .output();
+    }
+    let _ = berth(home)?
+        .args(["--no-server", "pool", "rm", "bench"])
+        .output();
+    result
+}
+
+async fn measure(socket: &Path, image: &str, quick: bool) -> anyhow::Result<Vec<Row>> {
+    const SIZE: u64 = 8;
+    let claims = if quick { 10 } else { 100 };
+    let others = if quick { 3 } else { 20 };
+    let backend = serde_json::json!({"type": "docker", "image": image});
+    request(
+        socket,
+        "POST",
+        "/v1/pools",
+        Some(&serde_json::json!({"name": "bench", "size": SIZE, "backend": backend})),
+    )
+    .await?;
+    let (mut warm, mut cold) = (Vec::new(), 0);
+    for i in 0..claims {
+        wait_full(socket, "bench", SIZE).await?;
+        let name = format!("claim{i}");
+        let started = Instant::now();
+        let (_, reply) = request(
+            socket,
+            "POST",
+            "/v1/sandboxes",
+            Some(&serde_json::json!({"name": name, "from_pool": "bench"})),
+        )
+        .await?;
+        exec_true(socket, &name).await?;
+        let secs = started.elapsed().as_secs_f64();
+        match reply["claimed"]["warm"] == true {
+            true => warm.push(secs),
+            false => cold += 1,
+        }
+        request(socket, "DELETE", &format!("/v1/sandboxes/{name}"), None).await?;
+    }
+
+    // What a user would do instead, and Berth's own cold create, taking
+    // turns.
+    let (mut docker, mut berth_cold) = (Vec::new(), Vec::new());
+    for i in 0..others {
+        let name = format!("berth-bench-pool-{i}");
+        let started = Instant::now();
+        let run = docker_run_detached(&name, image)
+            .stdout(Stdio::null())
+            .status()?;
+        let exec = Command::new("docker")
+            .args(["exec", &name, "true"])
+            .status()?;
+        docker.push(started.elapsed().as_secs_f64());
+        docker_rm(&name);
+        anyhow::ensure!(run.success() && exec.success(), "docker run/exec failed");
+
+        let name = format!("cold{i}");
+        let started = Instant::now();
+        request(
+            socket,
+            "POST",
+            "/v1/sandboxes",
+            Some(&serde_json::json!({"name": name, "backend": backend})),
+        )
+        .await?;
+        exec_true(socket, &name).await?;
+        berth_cold.push(started.elapsed().as_secs_f64());
+        request(socket, "DELETE", &format!("/v1/sandboxes/{name}"), None).await?;
+    }
+    let (d50, d99) = (percentile(docker.clone(), 0.5), percentile(docker, 0.99));
+    let (c50, c99) = (
+        percentile(berth_cold.clone(), 0.5),
+        percentile(berth_cold, 0.99),
+    );
+    let (w50, w99) = (
+        percentile(warm.clone(), 0.5),
+        percentile(warm.clone(), 0.99),
+    );
+    let ms = |s: f64| format!("{:.1} ms", s * 1e3);
+    let base = |s: f64| format!("docker run -d + docker exec true {}", ms(s));
+    Ok(vec![
+        Row {
+            group: "pools",
+            name: format!(
+                "Docker: claim from a warm pool of {SIZE} -> first `true` output, p50 of {} claims ({cold} cold; target <= 30 ms)",
+                warm.len()
+            ),
+            value: ms(w50),
+            baseline: base(d50),
+            ratio: Some(w50 / d50),
+        },
+        Row {
+            group: "pools",
+            name: "Docker: the same, p99 (target <= 100 ms)".into(),
+            value: ms(w99),
+            baseline: base(d99),
+            ratio: Some(w99 / d99),
+        },
+        Row {
+            group: "pools",
+            name: format!("Docker: Berth cold create -> first `true` output, p50 of {others}"),
+            value: ms(c50),
+            baseline: base(d50),
+            ratio: Some(c50 / d50),
+        },
+        Row {
+            group: "pools",
+            name: "Docker: Berth cold create, p99".into(),
+            value: ms(c99),
+            baseline: base(d99),
+            ratio: Some(c99 / d99),
+        },
+    ])
+}
