@@ -485,6 +485,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: pool rows skipped: {e:#}"),
         }
+        let mib = if args.quick { 32 } else { 256 };
+        match pools::fork_rows(&image, mib).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => eprintln!("bench: live fork rows skipped: {e:#}"),
+        }
     }
     if want("swarm") {
         let image =

@@ -219,3 +219,154 @@ async fn measure(socket: &Path, image: &str, quick: bool) -> anyhow::Result<Vec<
         },
     ])
 }
+
+/// A live fork of a running Docker sandbox's `mib` MiB workspace into 10
+/// children ready to run a command, against what a user would do without
+/// one: the whole workspace as an archive, then 10 new sandboxes each
+/// given it (in parallel too).
+pub(super) async fn fork_rows(image: &str, mib: u64) -> anyhow::Result<Vec<Row>> {
+    let home_dir = tempfile::Builder::new()
+        .prefix("berth-bench-forks-")
+        .tempdir()?;
+    let home = home_dir.path();
+    let socket = home.join("berth.sock");
+    let mut server = berth(home)?
+        .args(["serve", "--idle-exit", "10m"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(home.join("serve.log"))?)
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "berth serve did not answer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let result = measure_forks(home, &socket, image, mib).await;
+    let _ = server.kill();
+    let _ = server.wait();
+    let (sandboxes, _) = berth::sandbox::NamedSandboxes::new(client_builder(home).build()).list();
+    for s in sandboxes {
+        let _ = berth(home)?
+            .args(["--no-server", "rm", "--force", &s.name])
+            .output();
+    }
+    result
+}
+
+async fn measure_forks(
+    home: &Path,
+    socket: &Path,
+    image: &str,
+    mib: u64,
+) -> anyhow::Result<Vec<Row>> {
+    const CHILDREN: u32 = 10;
+    let manifest = berth_tests::fs_store_manifest(home, &home.join("store"));
+    let fill = format!(
+        "dd if=/dev/urandom of=big.bin bs=1048576 count={} 2>/dev/null && mkdir -p src && i=0; while [ $i -lt 2000 ]; do echo $i > src/f$i; i=$((i+1)); done",
+        mib.saturating_sub(8).max(1)
+    );
+    let backend = serde_json::json!({"type": "docker", "image": image});
+    // The parent: deduplicated generations, stopped once, then changed.
+    request(
+        socket,
+        "POST",
+        "/v1/sandboxes",
+        Some(&serde_json::json!({
+            "name": "p", "backend": backend,
+            "snapshot": format!("remote:{}", manifest.display()), "dedup_keep": 2,
+        })),
+    )
+    .await?;
+    run_in(socket, "p", &fill).await?;
+    request(socket, "POST", "/v1/sandboxes/p/stop", None).await?;
+    run_in(
+        socket,
+        "p",
+        "dd if=/dev/urandom of=changed.bin bs=1024 count=1024 2>/dev/null",
+    )
+    .await?;
+    let started = Instant::now();
+    let (_, forked) = request(
+        socket,
+        "POST",
+        "/v1/sandboxes/p/forks",
+        Some(&serde_json::json!({"count": CHILDREN, "prefix": "f"})),
+    )
+    .await?;
+    let names: Vec<String> = (1..=CHILDREN).map(|i| format!("f{i}")).collect();
+    futures::future::try_join_all(names.iter().map(|n| exec_true(socket, n))).await?;
+    let fork = started.elapsed().as_secs_f64();
+
+    // Without: the workspace as one archive, then ten sandboxes given it.
+    request(
+        socket,
+        "POST",
+        "/v1/sandboxes",
+        Some(&serde_json::json!({"name": "b", "backend": backend})),
+    )
+    .await?;
+    run_in(socket, "b", &fill).await?;
+    run_in(
+        socket,
+        "b",
+        "dd if=/dev/urandom of=changed.bin bs=1024 count=1024 2>/dev/null",
+    )
+    .await?;
+    let tar = home.join("b.tar");
+    let started = Instant::now();
+    super::server::ok(berth(home)?.arg("persist").arg("b").arg("--out").arg(&tar))?;
+    let made: Vec<anyhow::Result<()>> = std::thread::scope(|scope| {
+        let tasks: Vec<_> = (0..CHILDREN)
+            .map(|i| {
+                let tar = &tar;
+                let image = image.to_string();
+                scope.spawn(move || -> anyhow::Result<()> {
+                    let name = format!("w{i}");
+                    super::server::ok(berth(home)?.args([
+                        "create",
+                        &name,
+                        "--backend",
+                        "docker",
+                        "--image",
+                        &image,
+                    ]))?;
+                    super::server::ok(berth(home)?.arg("hydrate").arg(&name).arg(tar))?;
+                    super::server::ok(berth(home)?.args(["exec", &name, "--", "true"]))?;
+                    Ok(())
+                })
+            })
+            .collect();
+        tasks
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a thread panicked")))
+            })
+            .collect()
+    });
+    made.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    let whole = started.elapsed().as_secs_f64();
+    Ok(vec![Row {
+        group: "pools",
+        name: format!(
+            "Docker: live fork of a {mib} MiB workspace into {CHILDREN}, ready to exec (checkpoint {} ms; target <= 0.5x)",
+            forked["checkpoint_ms"]
+        ),
+        value: format!("{fork:.2}s"),
+        baseline: format!("whole archive + {CHILDREN} sandboxes given it {whole:.2}s"),
+        ratio: Some(fork / whole),
+    }])
+}
+
+/// `command` in `name`, which must exit 0.
+async fn run_in(socket: &Path, name: &str, command: &str) -> anyhow::Result<()> {
+    let (_, reply) = request(
+        socket,
+        "POST",
+        &format!("/v1/sandboxes/{name}/exec"),
+        Some(&serde_json::json!({"command": command})),
+    )
+    .await?;
+    anyhow::ensure!(reply["exit_code"] == 0, "{command} in {name}: {reply}");
+    Ok(())
+}

@@ -229,7 +229,15 @@ impl PoolKeeper {
     }
 
     async fn make(self: Arc<Self>, spec: PoolSpec, member: String) {
-        let made = self.pools.add_member(&spec, &member).await;
+        let made = async {
+            let (_, sandbox) = self.pools.add_member(&spec, &member).await?;
+            // Its first helper call brings up what commands need (on
+            // Docker, the agent copied in and its session opened): done
+            // now, not on the claim's time.
+            check_fresh(&sandbox).await?;
+            Ok::<_, berth::sandbox::PoolError>(((), sandbox))
+        }
+        .await;
         if let Some(slot) = self.slots().get_mut(&spec.name) {
             slot.making.remove(&member);
         }
@@ -240,8 +248,10 @@ impl PoolKeeper {
                 self.wake();
             }
             Err(e) => {
-                self.not_busy(&spec.name, &member);
                 tracing::warn!(pool = %spec.name, error = %e, "making a pool member failed; trying again in {}s", CHECK_EVERY.as_secs());
+                // Whatever of it was made.
+                self.pools.remove_member(&spec.name, &member).await;
+                self.not_busy(&spec.name, &member);
             }
         }
     }
