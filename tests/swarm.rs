@@ -21,6 +21,8 @@ mod swarm_conformance;
 mod swarm_egress;
 mod swarm_engines;
 mod swarm_isolation;
+mod swarm_leader;
+mod swarm_pools;
 
 use berth::conformance::WORKSPACE_LISTING;
 use berth_docker::swarm::SwarmState;

@@ -37,10 +37,42 @@ fn unreachable(message: String, source: Option<BackendError>) -> BackendError {
     }
 }
 
+/// What a manager says while the swarm has no leader (Docker's own
+/// words: "The swarm does not have a leader. It's possible that too few
+/// managers are online…").
+const LEADERLESS_ANSWER: &str = "does not have a leader";
+
+/// How Berth names that state; [`is_leaderless`] looks for it.
+const NO_LEADER: &str = "the swarm has no leader";
+
+/// How Berth names a manager call that did not finish in time: a manager
+/// hangs so while it is cut off from the others or an election is under
+/// way.
+const NO_ANSWER_IN_TIME: &str = "cut off from the other managers, or electing a leader";
+
+/// Whether `e` says the swarm has no leader — it is electing one, or too
+/// few managers are up for one — or that a manager hung as managers do
+/// meanwhile. Worth waiting for, as a placement is.
+pub(super) fn is_leaderless(e: &BackendError) -> bool {
+    matches!(e, BackendError::Unreachable { message, .. }
+        if message.contains(NO_LEADER) || message.contains(NO_ANSWER_IN_TIME))
+}
+
 /// The manager's own answer is this backend's service error, its status
-/// kept (so "not found" is told apart); anything else means the manager
-/// stopped answering.
+/// kept (so "not found" is told apart), except that the swarm has no
+/// leader, which is a manager that cannot serve for now; anything else
+/// means the manager stopped answering.
 fn swarm_error(operation: &'static str, e: bollard::errors::Error) -> BackendError {
+    if let bollard::errors::Error::DockerResponseServerError { message, .. } = &e {
+        if message.contains(LEADERLESS_ANSWER) {
+            return unreachable(
+                format!(
+                    "{operation}: {NO_LEADER} (it is electing one, or too few managers are up)"
+                ),
+                None,
+            );
+        }
+    }
     crate::service_error(BACKEND, operation, e, |other| {
         unreachable(
             format!("{operation}: the swarm manager stopped answering"),
@@ -59,14 +91,19 @@ async fn timed<T>(
 ) -> Result<T, BackendError> {
     match tokio::time::timeout(MANAGER_CALL, call).await {
         Ok(r) => r.map_err(|e| swarm_error(operation, e)),
-        Err(_) => Err(unreachable(
-            format!(
-                "{operation}: the swarm manager did not answer within {} s (cut off from the other managers, or electing a leader)",
-                MANAGER_CALL.as_secs()
-            ),
-            None,
-        )),
+        Err(_) => Err(no_answer(operation)),
     }
+}
+
+/// A manager call that did not finish within [`MANAGER_CALL`].
+fn no_answer(operation: &'static str) -> BackendError {
+    unreachable(
+        format!(
+            "{operation}: the swarm manager did not answer within {} s ({NO_ANSWER_IN_TIME})",
+            MANAGER_CALL.as_secs()
+        ),
+        None,
+    )
 }
 
 pub(super) fn is_not_found(e: &BackendError) -> bool {
@@ -81,6 +118,7 @@ pub(super) async fn connect(
     suspects: &[String],
 ) -> Result<Manager, BackendError> {
     let mut failures = Vec::new();
+    let mut leaderless = false;
     let (last, first): (Vec<&String>, Vec<&String>) =
         state.managers.iter().partition(|m| suspects.contains(m));
     for reference in first.into_iter().chain(last) {
@@ -93,13 +131,18 @@ pub(super) async fn connect(
             }
             Err(e) => {
                 tracing::debug!(manager = %reference, error = %e, "swarm manager unusable; trying the next");
+                leaderless |= e.to_string().contains(NO_LEADER);
                 failures.push(format!("{reference}: {}", engine::causes(&e)));
             }
         }
     }
+    let hint = match leaderless {
+        true => NO_LEADER,
+        false => "no swarm manager answers",
+    };
     Err(unreachable(
         format!(
-            "no swarm manager answers ({}); bring a manager back, or check that the swarm has a quorum",
+            "{hint} ({}); bring a manager back, or check that the swarm has a quorum",
             failures.join("; ")
         ),
         None,
@@ -361,4 +404,38 @@ pub(super) fn task_container(task: &Task) -> Option<String> {
         .container_id
         .clone()
         .filter(|c| !c.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status_code: u16, message: &str) -> bollard::errors::Error {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message: message.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_swarm_without_a_leader_is_told_apart_from_other_answers() {
+        let leaderless = swarm_error(
+            "listing the service's tasks",
+            answer(500, "rpc error: code = Unknown desc = The swarm does not have a leader. It's possible that too few managers are online. Make sure more than half of the managers are online."),
+        );
+        assert!(is_leaderless(&leaderless), "{leaderless}");
+        assert!(leaderless
+            .to_string()
+            .contains("listing the service's tasks"));
+        let other = swarm_error(
+            "creating the service",
+            answer(500, "rpc error: name conflicts"),
+        );
+        assert!(!is_leaderless(&other));
+        assert_eq!(other.service_status(), Some(500));
+        // A manager that hangs, as one does while cut off or electing.
+        assert!(is_leaderless(&no_answer("asking the engine for its swarm")));
+        let missing = swarm_error("inspecting the service", answer(404, "service x not found"));
+        assert!(is_not_found(&missing) && !is_leaderless(&missing));
+    }
 }

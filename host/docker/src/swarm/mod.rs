@@ -148,13 +148,63 @@ impl SwarmBackend {
                 reference: m.reference.clone(),
             });
         }
-        let suspects = self.suspects.lock().map(|s| s.clone()).unwrap_or_default();
-        let m = manager::connect(&self.state, &suspects).await?;
+        let m = self.connect_waiting_for_a_leader().await?;
         *slot = Some(Manager {
             docker: m.docker.clone(),
             reference: m.reference.clone(),
         });
         Ok(m)
+    }
+
+    /// A manager that answers; while the swarm has no leader (an
+    /// election, or too few managers up), waits for one within the
+    /// placement timeout, saying so.
+    async fn connect_waiting_for_a_leader(&self) -> Result<Manager, BackendError> {
+        let timeout = Duration::from_secs(self.state.placement_timeout_secs);
+        let started = Instant::now();
+        let mut waited = false;
+        loop {
+            let suspects = self.suspects.lock().map(|s| s.clone()).unwrap_or_default();
+            match manager::connect(&self.state, &suspects).await {
+                Ok(m) => {
+                    if waited {
+                        tracing::info!(
+                            seconds = started.elapsed().as_secs_f64(),
+                            "the swarm has a leader again"
+                        );
+                    }
+                    return Ok(m);
+                }
+                Err(e) if manager::is_leaderless(&e) && started.elapsed() < timeout => {
+                    if !waited {
+                        tracing::info!("waiting for the swarm to elect a leader: {e}");
+                    }
+                    waited = true;
+                    self.report(
+                        "waiting for the swarm to elect a leader",
+                        Some(e.to_string()),
+                        false,
+                    );
+                    tokio::time::sleep(POLL).await;
+                }
+                Err(e) if manager::is_leaderless(&e) => {
+                    self.report(
+                        "waiting for the swarm to elect a leader",
+                        Some(e.to_string()),
+                        true,
+                    );
+                    return Err(BackendError::Unreachable {
+                        backend: BACKEND,
+                        message: format!(
+                            "waited {} s (the placement timeout) for the swarm to elect a leader; {e}",
+                            timeout.as_secs()
+                        ),
+                        source: None,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Forgets the manager (it stopped answering), and tries it last from
