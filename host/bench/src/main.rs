@@ -481,9 +481,22 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if want("pools") {
         let image =
             std::env::var("BERTH_TEST_IMAGE").unwrap_or_else(|_| "berth-test:busybox".into());
-        match pools::pool_rows(&image, args.quick).await {
+        let docker = pools::Place {
+            label: "Docker",
+            backend: serde_json::json!({"type": "docker", "image": image}),
+            snapshot: None,
+            docker_baseline: true,
+        };
+        match pools::pool_rows(&docker, &image, args.quick).await {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => eprintln!("bench: pool rows skipped: {e:#}"),
+        }
+        match pools::swarm_place(base.path(), &image) {
+            Ok((swarm, _fixture)) => match pools::pool_rows(&swarm, &image, args.quick).await {
+                Ok(mut r) => rows.append(&mut r),
+                Err(e) => eprintln!("bench: swarm pool rows skipped: {e:#}"),
+            },
+            Err(e) => eprintln!("bench: swarm pool rows skipped: {e:#}"),
         }
         let mib = if args.quick { 32 } else { 256 };
         match pools::fork_rows(&image, mib).await {
